@@ -1,11 +1,13 @@
-"""Server-side scale costs measured in-process, in CPU time (steady on a shared machine; no Ray):
+"""Server-side scale costs measured in-process, in CPU time (steady on a shared machine):
 
 1. Building one exchange with all N registered clients (the federated evaluation every
    ``federated-eval-every`` rounds; the registration query is the same shape without parameters) and
    with the K sampled clients of a training round: peak traced memory and CPU, with the shared
    parameter record (current code) and without it (the code before the fix), N = 10, 100, 1000.
-2. One polling cycle of Flower's simulation engine with N registered nodes and P pending messages
+2. The client registry (strategy.clients) and the per-round refresh_clients() check.
+3. One polling cycle of Flower's simulation engine with N registered nodes and P pending messages
    (Flower's own code; O(N x P)): the cost every 0.1 s while any exchange is in flight.
+4. The CPU an idle Ray burns per second (its daemons), paid for every second a simulation runs.
 
     python -m benchmarks.bench_engine [--clients 10 100 1000] [--sampled 10]
 """
@@ -18,7 +20,7 @@ import os
 
 os.environ.setdefault("OMP_NUM_THREADS", "1")
 
-from benchmarks.engine_costs import engine_poll_cost, server_exchange_cost  # noqa: E402
+from benchmarks.engine_costs import engine_poll_cost, ray_idle_cpu, registry_cost, server_exchange_cost  # noqa: E402
 from benchmarks.harness import machine, write_result  # noqa: E402
 
 
@@ -48,7 +50,16 @@ def main() -> None:
             print(f"[engine] N={n:5d} nodes, {pending:5d} pending messages: one polling cycle "
                   f"{r['first_cycle_cpu_ms']:9.1f} ms cpu (delivering), {r['later_cycle_cpu_ms']:9.1f} ms cpu "
                   f"(nothing new; repeats every 0.1 s)", flush=True)
-    path = write_result("engine", {"machine": machine(), "args": vars(args), "exchange": exchange, "poll": poll})
+    registry = []
+    for n in args.clients:
+        r = registry_cost(n)
+        registry.append(r)
+        print(f"[registry] N={n:5d}: {r['registry_mib']:.3f} MiB, refresh with all nodes known "
+              f"{r['refresh_known_cpu_ms']:.2f} ms cpu per round", flush=True)
+    idle = ray_idle_cpu(20.0)
+    print(f"[ray] idle Ray (2 CPUs, no dashboard): {idle['cpu_per_wall_s']:.3f} CPU s per wall s", flush=True)
+    path = write_result("engine", {"machine": machine(), "args": vars(args), "exchange": exchange, "poll": poll,
+                                   "registry": registry, "ray_idle": idle})
     print(f"wrote {path}")
 
 

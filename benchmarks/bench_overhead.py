@@ -84,6 +84,8 @@ def one_repeat(k: int, args: argparse.Namespace, workers: int) -> dict:
     rep["identical_accuracy"] = all(
         len(rep[v]["accuracy"]) == len(ref) and all(abs(a - b) < 1e-9 for a, b in zip(rep[v]["accuracy"], ref))
         for v in VARIANTS)
+    # with W > 1 torch threads the in-process variants sum in a different order than Flower's 1-thread actors
+    rep["identical_inprocess_plain"] = all(abs(a - b) < 1e-9 for a, b in zip(rep["inprocess"]["accuracy"], ref))
     for num, den in RATIOS:
         rep[f"{num}/{den}"] = rep[num]["per_round_s"] / rep[den]["per_round_s"]
         rep[f"{num}/{den} cpu"] = rep[num]["cpu_per_round_s"] / rep[den]["cpu_per_round_s"]

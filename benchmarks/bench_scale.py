@@ -6,7 +6,7 @@ same ConvNet, so every message carries the same ~1 MB of parameters). Rounds 1..
 round R adds the federated evaluation of the global model on *every* client (federated-eval-every = R).
 Reported per N: the registration exchange (query to all nodes), steady per-round time, the
 federated-evaluation exchange, and peak memory (PSS, MiB) of the driver process (ServerApp + simulated
-SuperLink) and of the whole process tree (plus Ray and its ClientApp workers), split into the
+SuperLink) and of the whole process tree (plus Ray and its ClientApp workers), sampled every second, split into the
 training rounds and the evaluation round. Memory growth is summarised as the fitted MiB per extra
 registered client and the log-log slope (0 = flat, 1 = linear in N).
 
@@ -21,7 +21,7 @@ import tempfile
 
 os.environ.setdefault("OMP_NUM_THREADS", "1")
 
-from benchmarks.harness import MemorySampler, machine, run_flower, write_result  # noqa: E402
+from benchmarks.harness import MemorySampler, load_result, machine, run_flower, write_result  # noqa: E402
 from benchmarks.stats import growth_exponent, per_client_increment, steady_state, summary  # noqa: E402
 
 
@@ -37,32 +37,49 @@ def fraction_for(sampled: int, clients: int) -> float:
     return frac
 
 
+POOL = 4000  # mnist-5k training pool after the 20% global test hold-out
+
+
+def local_test_fraction(clients: int) -> float:
+    """The local-test-fraction that leaves every client exactly one local test sample (iid split of POOL)."""
+    return 1.0 / (POOL // clients)
+
+
 def workload(clients: int, sampled: int, rounds: int, out_dir: str) -> dict:
     return {"method": "fedavg", "dataset": "mnist-5k", "partition": "iid", "num-server-rounds": rounds,
             "fraction-train": fraction_for(sampled, clients), "min-train-nodes": min(2, sampled),
             "batch-size": 3, "max-local-steps": 1, "local-epochs": 1, "min-partition-size": 1,
+            "local-test-fraction": local_test_fraction(clients),
             "federated-eval-every": rounds, "seed": 0, "out-dir": out_dir}
 
 
 def one_run(clients: int, sampled: int, rounds: int, workers: int) -> dict:
-    with tempfile.TemporaryDirectory(prefix="bench_scale_") as tmp, MemorySampler(0.5) as mem:
+    with tempfile.TemporaryDirectory(prefix="bench_scale_") as tmp, MemorySampler(1.0) as mem:
         res = run_flower(workload(clients, sampled, rounds, tmp), clients, total_cpus=workers)
     ends = res["round_ends"]
+    # process-tree CPU minus what the memory sampler (a thread of this process) used itself
+    res["round_end_cpu"] = [c - mem.cpu_until(t) for c, t in zip(res["round_end_cpu"], ends)]
+    res["cpu_start"] -= mem.cpu_until(res["t_start"])
     ex = res["exchanges"]
     reg = [e for e in ex if e["phase"] == "register"]
     train = [e for e in ex if e["phase"] == "train"]
     ev = [e for e in ex if e["phase"] == "evaluate"]
     st = steady_state(res["t_start"], ends[:-1])  # training-only rounds
+    cpu = res["round_end_cpu"]
+    cst = steady_state(res["cpu_start"], cpu[:-1])
     eval_round = ends[-1] - ends[-2]
     rows = res["doc"]["rounds"]
     t_reg_end = reg[-1]["start"] + reg[-1]["seconds"] if reg else res["t_start"]
     return {
-        "clients": clients, "sampled": sampled, "rounds": rounds,
+        "clients": clients, "sampled": sampled, "rounds": rounds, "local_test_fraction": local_test_fraction(clients),
         "num_sampled": [r["num_sampled"] for r in rows],
         "startup_s": res["t_registered"] - res["t_start"] if res["t_registered"] else None,
         "register_exchange_s": sum(e["seconds"] for e in reg), "register_messages": sum(e["messages"] for e in reg),
         "per_round_s": st["per_round_s"], "train_exchange_s": summary([e["seconds"] for e in train[1:]]),
+        "cpu_per_round_s": cst["per_round_s"], "cpu_to_round1_s": cpu[0] - res["cpu_start"],
         "eval_round_s": eval_round, "fed_eval_extra_s": eval_round - st["per_round_s"],
+        "eval_round_cpu_s": cpu[-1] - cpu[-2], "fed_eval_extra_cpu_s": cpu[-1] - cpu[-2] - cst["per_round_s"],
+        "start_attempts": res.get("start_attempts", 1),
         "fed_eval_exchange_s": sum(e["seconds"] for e in ev), "fed_eval_messages": sum(e["messages"] for e in ev),
         "fed_eval_bytes_sent": sum(e["bytes_sent"] for e in ev),
         "train_bytes_sent_per_round": summary([e["bytes_sent"] for e in train]),
@@ -84,13 +101,36 @@ def main() -> None:
     ap.add_argument("--rounds", type=int, default=5)
     ap.add_argument("--workers", type=int, default=2)
     ap.add_argument("--name", default="scale")
+    ap.add_argument("--keep", nargs="*", type=int, default=[],
+                    help="N values whose runs are kept from the existing results file instead of re-run "
+                         "(only if that run used the same workload)")
+    ap.add_argument("--copy-per-message", action="store_true",
+                    help="measure the code before the shared-record fix: one serialized copy of the parameters "
+                         "and of the run config per message (patched in for this run only)")
     args = ap.parse_args()
+    if args.copy_per_message:
+        from flwr.app import RecordDict
+
+        from flcore.records import config_to_record, params_to_record
+        from strategies.base import FLStrategy
+
+        FLStrategy.params_record = lambda self, params: params_to_record(params)
+        FLStrategy._base_content = lambda self, rnd: RecordDict({"run_config": config_to_record(self.cfg.to_dict())})
+    old = load_result(args.name) or {}
+    kept = {r["clients"]: r for r in old.get("runs", []) if r["clients"] in args.keep
+            and r.get("rounds") == args.rounds and r.get("sampled") == args.sampled
+            and r.get("local_test_fraction", 0.25) == local_test_fraction(r["clients"])}
     runs = []
-    for n in args.clients:
+    for n in sorted(set(args.clients) | set(kept)):
+        if n in kept:
+            runs.append(kept[n])
+            print(f"[N={n:5d}] kept from the previous results file (written {old.get('written')})")
+            continue
         r = one_run(n, args.sampled, args.rounds, args.workers)
         runs.append(r)
         print(f"[N={n:5d}, K={args.sampled}] registration {r['register_exchange_s']:.1f}s | per round "
-              f"{r['per_round_s']:.2f}s | fed-eval of all clients +{r['fed_eval_extra_s']:.1f}s "
+              f"{r['per_round_s']:.2f}s wall {r['cpu_per_round_s']:.2f}s cpu | fed-eval of all clients "
+              f"+{r['fed_eval_extra_s']:.1f}s wall +{r['fed_eval_extra_cpu_s']:.1f}s cpu "
               f"({r['fed_eval_bytes_sent'] / 2**20:.0f} MiB sent) | peak MiB driver/tree: train "
               f"{r['memory_train_rounds']['driver_mib']:.0f}/{r['memory_train_rounds']['tree_mib']:.0f}, eval "
               f"{r['memory_eval_round']['driver_mib']:.0f}/{r['memory_eval_round']['tree_mib']:.0f} | "
@@ -103,7 +143,8 @@ def main() -> None:
                 ys = [r[phase][part] for r in runs]
                 growth[f"{phase}.{part}"] = {"mib_per_client": per_client_increment(ns, ys),
                                              "loglog_slope": growth_exponent(ns, ys)}
-        for key in ("per_round_s", "register_exchange_s", "fed_eval_extra_s"):
+        for key in ("per_round_s", "cpu_per_round_s", "register_exchange_s", "cpu_to_round1_s", "fed_eval_extra_s",
+                    "fed_eval_extra_cpu_s"):
             ys = [max(r[key], 1e-6) for r in runs]
             growth[key] = {"s_per_client": per_client_increment(ns, ys), "loglog_slope": growth_exponent(ns, ys)}
         for k, v in growth.items():

@@ -98,6 +98,27 @@ def server_exchange_cost(num_clients: int, sampled: int, overrides: dict, shared
     return out
 
 
+def registry_cost(num_clients: int, num_classes: int = 10) -> dict[str, float]:
+    """Traced MiB of the strategy's client registry (ClientInfo per registered client) and CPU ms of one
+    refresh_clients() when every node is already known (what every round pays)."""
+    from flcore.config import RunConfig
+    from strategies.base import ClientInfo, FLStrategy
+
+    strategy = FLStrategy(RunConfig())
+    grid = CaptureGrid(num_clients)
+    tracemalloc.start()
+    for cid in range(num_clients):
+        strategy.clients[cid] = ClientInfo(cid, 1000 + cid, 40, [4] * num_classes)
+        strategy.client_accuracy[cid] = 0.5
+    size, _ = tracemalloc.get_traced_memory()
+    tracemalloc.stop()
+    c = time.process_time()
+    for _ in range(10):
+        strategy.refresh_clients(grid, wait=False)
+    return {"clients": num_clients, "registry_mib": size / 2**20,
+            "refresh_known_cpu_ms": (time.process_time() - c) / 10 * 1e3}
+
+
 def _train_sends(strategy, grid: CaptureGrid, params, sampled: int) -> None:
     from strategies.exchange import exchange
 
@@ -140,3 +161,24 @@ def engine_poll_cost(num_nodes: int, pending: int) -> dict[str, float]:
     finally:
         TaskIdentity._run_id, TaskIdentity._task_id, TaskIdentity._node_id = saved
     return {"nodes": num_nodes, "pending": pending, "first_cycle_cpu_ms": cycles[0], "later_cycle_cpu_ms": cycles[1]}
+
+
+def ray_idle_cpu(seconds: float = 20.0, num_cpus: int = 2) -> dict[str, float]:
+    """CPU seconds per wall second that a started, idle Ray (as the simulation starts it: no dashboard,
+    no log forwarding) burns in its daemons (GCS, raylet, monitors): a cost paid for every second a
+    simulation runs, whatever the clients do."""
+    import logging
+
+    import ray
+
+    from benchmarks.harness import tree_cpu_seconds
+
+    ray.init(num_cpus=num_cpus, include_dashboard=False, logging_level=logging.ERROR, log_to_driver=False)
+    try:
+        time.sleep(5.0)  # let start-up finish
+        c0, t0 = tree_cpu_seconds(), time.time()
+        time.sleep(seconds)
+        used, wall = tree_cpu_seconds() - c0, time.time() - t0
+    finally:
+        ray.shutdown()
+    return {"seconds": wall, "cpu_s": used, "cpu_per_wall_s": used / wall}

@@ -90,9 +90,10 @@ class MemorySampler:
     SuperLink state and the simulation engine's message queues live here; ClientApps run in Ray workers.
     """
 
-    def __init__(self, interval: float = 0.5) -> None:
+    def __init__(self, interval: float = 1.0) -> None:
         self.interval = interval
         self.series: list[tuple[float, float, float]] = []
+        self.own_cpu: list[tuple[float, float]] = []  # (time, CPU seconds this sampler has used so far)
         self._stop = threading.Event()
         self._thread = threading.Thread(target=self._loop, daemon=True)
 
@@ -102,8 +103,19 @@ class MemorySampler:
             pids = process_tree(me)
             driver = pss_mib(me)
             total = driver + sum(pss_mib(p) for p in pids if p != me)
-            self.series.append((time.time(), driver, total))
+            now = time.time()
+            self.series.append((now, driver, total))
+            self.own_cpu.append((now, time.thread_time()))
             self._stop.wait(self.interval)
+
+    def cpu_until(self, t: float) -> float:
+        """CPU seconds the sampler itself had used by time ``t`` (to subtract from process-tree CPU)."""
+        used = 0.0
+        for ts, c in self.own_cpu:
+            if ts > t:
+                break
+            used = c
+        return used
 
     def __enter__(self) -> "MemorySampler":
         self._thread.start()

@@ -27,12 +27,38 @@ def _load(name: str) -> dict[str, Any] | None:
     return json.loads(path.read_text()) if path.exists() else None
 
 
+def _load_merged(*names: str) -> dict[str, Any] | None:
+    """Several runs of one benchmark (e.g. --workers 1, then --workers 2) as one document: configs concatenated,
+    each config keeping the command line it came from."""
+    docs = [d for d in (_load(n) for n in names) if d is not None]
+    if not docs:
+        return None
+    merged = dict(docs[0])
+    merged["configs"] = []
+    for d in docs:
+        for c in d["configs"]:
+            merged["configs"].append({**c, "args": d["args"], "machine": d["machine"], "written": d.get("written")})
+    return merged
+
+
 def _text(name: str) -> str | None:
     for ext in (".txt", ".log"):
         path = RESULTS_DIR / f"{name}{ext}"
         if path.exists():
             return path.read_text().strip()
     return None
+
+
+def _exchange_fix_line(engine: dict) -> list[str]:
+    """Summary line: memory of one all-client exchange before and after the shared-record fix."""
+    ex = {(r["clients"], r["shared_records"]): r for r in engine["exchange"]}
+    nmax = max(r["clients"] for r in engine["exchange"])
+    a, b = ex.get((nmax, False)), ex.get((nmax, True))
+    if not (a and b):
+        return []
+    return [f"- The messages of one all-client exchange at N = {nmax} (in-process, exact): "
+            f"{f(a['evaluate_all_peak_mib'], 0)} MiB before fix 1, {f(b['evaluate_all_peak_mib'], 1)} MiB "
+            f"after; a training exchange holds {f(b['train_sampled_peak_mib'], 1)} MiB for every N."]
 
 
 def f(x: Any, nd: int = 2) -> str:
@@ -62,6 +88,10 @@ def table(header: list[str], rows: list[list[str]]) -> list[str]:
     return out
 
 
+def same(a: list[float], b: list[float]) -> bool:
+    return len(a) == len(b) and all(abs(x - y) < 1e-9 for x, y in zip(a, b))
+
+
 def machine_line(doc: dict[str, Any]) -> str:
     m = doc.get("machine", {})
     load = m.get("loadavg_at_start") or [None]
@@ -70,7 +100,7 @@ def machine_line(doc: dict[str, Any]) -> str:
 
 
 # ------------------------------------------------------------------------------------------ sections
-def section_overhead(docs: list[tuple[str, dict[str, Any] | None]]) -> list[str]:
+def section_overhead(docs: list[tuple[str, dict[str, Any] | None]], engine: dict[str, Any] | None = None) -> list[str]:
     out = ["## 1. Framework overhead: Flower simulation vs a plain PyTorch loop", "",
            "`benchmarks/bench_overhead.py` runs FedAvg three ways on identical work (same data, model, seeded "
            "sampling and shuffles; the script checks that all three give the same global accuracy in every "
@@ -87,12 +117,18 @@ def section_overhead(docs: list[tuple[str, dict[str, Any] | None]]) -> list[str]
         if doc is None:
             out += [f"*{label}: not measured (no results file).*", ""]
             continue
-        a = doc["args"]
-        out += [f"### {label}", "",
-                f"`python -m benchmarks.bench_overhead --dataset {a['dataset']} --clients {a['clients']} --rounds "
-                f"{a['rounds']} --repeats {a['repeats']} --workers {' '.join(map(str, a['workers']))}"
-                f"{' --max-steps ' + str(a['max_steps']) if a.get('max_steps') else ''}` "
-                f"({machine_line(doc)}).", ""]
+        out += [f"### {label}", ""]
+        sources = []
+        for c in doc["configs"]:
+            a = c.get("args", doc["args"])
+            src = {"machine": c.get("machine", doc["machine"]), "written": c.get("written", doc.get("written"))}
+            line = (f"`python -m benchmarks.bench_overhead --dataset {a['dataset']} --clients {a['clients']} --rounds "
+                    f"{a['rounds']} --repeats {a['repeats']} --workers {' '.join(map(str, a['workers']))}"
+                    f"{' --max-steps ' + str(a['max_steps']) if a.get('max_steps') else ''}"
+                    f"{' --name ' + a['name'] if a.get('name') not in (None, 'overhead') else ''}` ({machine_line(src)})")
+            if line not in sources:
+                sources.append(line)
+        out += ["; ".join(sources) + ".", ""]
         rows = []
         for c in doc["configs"]:
             w = c["workers"]
@@ -100,19 +136,103 @@ def section_overhead(docs: list[tuple[str, dict[str, Any] | None]]) -> list[str]
                 rows.append([str(w), v, rng(c[f"{v}.per_round_s"]), rng(c[f"{v}.cpu_per_round_s"]),
                              rng(c[f"{v}.startup_s"], 1), rng(c[f"{v}.cpu_startup_s"], 1)])
         out += table(["workers", "variant", "per round, wall s", "per round, CPU s", "start-up, wall s",
-                      "start-up, CPU s"], rows) + [""]
+                      "start-up, CPU s"], rows) + [
+            "", "(Start-up of the in-process variants is ~0; a negative value means round 1 was faster than the "
+            "median round: noise.)", ""]
         rows = []
         for c in doc["configs"]:
             for key in ("flower/plain", "inprocess/plain", "flower/inprocess"):
                 rows.append([str(c["workers"]), key, rng(c[f"{key} cpu"], 3), rng(c[key], 3)])
         out += table(["workers", "ratio (steady state, per round)", "CPU time", "wall time"], rows) + [""]
         ident = all(c["identical_accuracy"] for c in doc["configs"])
+        partial = [c for c in doc["configs"] if not c["identical_accuracy"]
+                   and all(same(r["plain"]["accuracy"], r["inprocess"]["accuracy"]) for r in c["repeats"])
+                   and all(same(r["flower"]["accuracy"], c["repeats"][0]["flower"]["accuracy"]) for r in c["repeats"])]
         shut = [rng(c["flower.shutdown_s"], 1) for c in doc["configs"]]
         loads = [rng(c["loadavg"], 1) for c in doc["configs"]]
+        c1 = next((c for c in doc["configs"] if c["workers"] == 1), None)
+        if engine and engine.get("ray_idle") and c1 is not None:
+            idle = engine["ray_idle"]["cpu_per_wall_s"]
+            wall = c1["flower.per_round_s"]["median"]
+            diff = c1["flower.cpu_per_round_s"]["median"] - c1["inprocess.cpu_per_round_s"]["median"]
+            out += [f"Where Flower's extra CPU goes (1 worker): {f(diff, 2)} s per round more than the in-process "
+                    f"driver. Ray's daemons alone burn {f(idle, 3)} CPU s per wall second (section 3), i.e. "
+                    f"{f(idle * wall, 2)} s over the median Flower round of {f(wall, 2)} s wall (rounds are stretched by "
+                    "the machine's load, and this part with them); the rest is per message: Ray serializes each "
+                    "message into its object store and back, the actor deserializes it, plus the engine's polling "
+                    "threads.", ""]
         out += [f"Identical global accuracy in every round across the three variants: **{'yes' if ident else 'NO'}**. "
                 f"Flower shut-down after the last round (Ray stop, results): {', '.join(shut)} s wall. "
                 f"Load average while measuring: {', '.join(loads)} (on {doc['machine'].get('cpus')} CPUs).", ""]
+        one = next((c for c in doc["configs"] if c["workers"] == 1), None)
+        for c in partial:
+            r = c["repeats"][0]
+            repro = (one is not None and same(r["flower"]["accuracy"], one["repeats"][0]["flower"]["accuracy"]))
+            out += [f"With {c['workers']} workers the two in-process variants (both {c['workers']} torch threads) agree "
+                    f"exactly{', and Flower' + chr(39) + 's single-threaded actors reproduce the 1-worker accuracies' if repro else ''}, but the two "
+                    f"differ slightly (plain {r['plain']['accuracy']}, flower {r['flower']['accuracy']}): intra-op "
+                    "threads change the order of floating-point sums, and SGD compounds the difference over rounds. "
+                    "The work is the same; bit-identical results need the same thread count.", ""]
+    out += threads_paragraph(docs)
     return out
+
+
+def threads_paragraph(docs: list[tuple[str, dict[str, Any] | None]]) -> list[str]:
+    """torch threads vs Ray actors: the same workload with 1 and 2 workers, where both were measured."""
+    out = []
+    for label, doc in docs:
+        if doc is None:
+            continue
+        by_w = {c["workers"]: c for c in doc["configs"]}
+        if 1 not in by_w or 2 not in by_w:
+            continue
+        one, two = by_w[1], by_w[2]
+        med = lambda c, k: c[k]["median"]  # noqa: E731
+        sp_plain = med(one, "plain.per_round_s") / med(two, "plain.per_round_s")
+        sp_flower = med(one, "flower.per_round_s") / med(two, "flower.per_round_s")
+        better = ("two torch threads in one process used the second core better than a second actor"
+                  if med(two, "plain.per_round_s") < med(two, "flower.per_round_s")
+                  else "two single-threaded actors used the second core better than two torch threads")
+        out += [f"**Threads vs actors ({label.split(':')[0].lower()}).** From 1 to 2 workers the plain loop (torch "
+                f"threads) went from {f(med(one, 'plain.per_round_s'))} to {f(med(two, 'plain.per_round_s'))} s wall per "
+                f"round (x{f(sp_plain)} faster; CPU {f(med(one, 'plain.cpu_per_round_s'))} -> "
+                f"{f(med(two, 'plain.cpu_per_round_s'))} s) and Flower (single-threaded Ray actors) from "
+                f"{f(med(one, 'flower.per_round_s'))} to {f(med(two, 'flower.per_round_s'))} s (x{f(sp_flower)}; CPU "
+                f"{f(med(one, 'flower.cpu_per_round_s'))} -> {f(med(two, 'flower.cpu_per_round_s'))} s): {better} "
+                f"(load averages {rng(one['loadavg'], 1)} and {rng(two['loadavg'], 1)} while measuring).", ""]
+    if out:
+        out += ["Reading: intra-op threads pay off for convolutions on an idle machine, but not for small MLPs, and "
+                "on a machine whose cores are busy with other jobs OpenMP threads spin and wait for each other. "
+                "Actors parallelise across clients without that risk, but a Flower round with millisecond clients "
+                "is bound by the engine's 0.1-s polls, so a second actor does not shorten it. Ray sets "
+                "`OMP_NUM_THREADS` in an actor to its CPU count when the variable is unset, so "
+                "`client-resources-num-cpus=2` gives one actor two threads; an `OMP_NUM_THREADS` exported in the "
+                "driver's environment is inherited by the actors and wins.", ""]
+    return out
+
+
+WHY = {
+    "fedprox": "one extra proximal term per step (a parameter-vector norm).",
+    "scaffold": "the server and client control variates travel with the model, doubling the bytes both ways; "
+                "the gradient correction is cheap.",
+    "moon": "two extra forward passes per minibatch (the global and the previous local model) for the model-"
+            "contrastive loss; the projection head adds ~8% to the parameters.",
+    "fedufo": "two client phases per round: a prior trained from the global model (CE only), then the posterior "
+              "with the UAD, CGR and CGL losses, which needs the priors of the other group members. The posterior "
+              "message relays the K_c - 1 other priors (discriminator stripped), so the downlink is about K_c + 1 "
+              "models per client (K_c = 5 here: ~6x FedAvg) and the uplink 2 models (prior + posterior).",
+    "fedbr": "every step adds the max step on the projection head and forward passes of the pseudo batch through "
+             "the local (and, for L_con, the global) feature extractor; the projection head is averaged too (+13% "
+             "bytes).",
+    "fedbc": "the local Lagrangian term (a squared distance to the global model per step); the dual updates are "
+             "server-side scalars.",
+    "fedbc-finetune": "FedBC plus a fine-tuned copy of the local model for P-FL evaluation.",
+    "per-fedbc": "first-order MAML: every local step is an inner step and an outer step on two minibatches "
+                 "(~2 forward/backward passes per step), plus the P-FL adaptation of the meta model.",
+    "fedetf": "one extra no-grad pass over the local training set to report per-class feature means "
+              "(fedetf-gmv-features = final); the memory vectors add C x d floats per message.",
+    "fedgmv": "as fedetf (same trainer, memory vectors with the run config's head).",
+}
 
 
 def section_methods(doc: dict[str, Any] | None, fedrane: str | None) -> list[str]:
@@ -143,12 +263,16 @@ def section_methods(doc: dict[str, Any] | None, fedrane: str | None) -> list[str
         if phase_rows:
             out += ["Per message phase (per round, last repeat):", ""]
             out += table(["method", "phase", "messages", "MiB sent", "MiB received", "wall s"], phase_rows) + [""]
+        notes = [f"- `{m}`: {WHY[m]}" for m in doc["table"] if m in WHY]
+        if notes:
+            out += ["Where the extra cost comes from (read from each method's trainer/strategy):", ""] + notes + [""]
         if doc.get("missing"):
             out += ["Methods that did not run when measured:", ""]
             out += [f"- `{m}`: {why}" for m, why in doc["missing"].items()] + [""]
     out += ["### FedRANE (GNE aggregation, LRA step)", ""]
     if fedrane:
-        out += ["Printed by `python -m benchmarks.bench_fedrane` (the FedRANE helper's benchmark), verbatim:", "",
+        out += ["Printed by `python -m benchmarks.bench_fedrane` (the FedRANE helper's benchmark; stdout captured in "
+                "`benchmarks/results/fedrane.txt`), verbatim:", "",
                 "```", fedrane, "```", ""]
     else:
         out += ["*Not included: benchmarks/results/fedrane.txt does not exist. Generate it with "
@@ -156,7 +280,8 @@ def section_methods(doc: dict[str, Any] | None, fedrane: str | None) -> list[str
     return out
 
 
-def section_scale(doc: dict[str, Any] | None, engine: dict[str, Any] | None) -> list[str]:
+def section_scale(doc: dict[str, Any] | None, engine: dict[str, Any] | None,
+                  before: dict[str, Any] | None = None) -> list[str]:
     out = ["## 3. Scale: 10, 100, 1000 simulated clients, 10 sampled per round", ""]
     if doc is None:
         out += ["*Ray simulation at scale not measured (no benchmarks/results/scale.json).*", ""]
@@ -165,19 +290,32 @@ def section_scale(doc: dict[str, Any] | None, engine: dict[str, Any] | None) -> 
         out += [f"`python -m benchmarks.bench_scale --clients {' '.join(map(str, a['clients']))} --sampled "
                 f"{a['sampled']} --rounds {a['rounds']} --workers {a['workers']}`: FedAvg, mnist-5k split iid, the "
                 f"ConvNet (~1 MiB of parameters per message), per-client work held fixed (one SGD step on 3 "
-                f"samples); rounds 1..{a['rounds'] - 1} train only, round {a['rounds']} adds the federated evaluation "
-                f"of every client. Memory = peak PSS (shared pages split between processes) sampled every 0.5 s: "
+                f"samples, one local test sample); rounds 1..{a['rounds'] - 1} train only, round {a['rounds']} adds the federated evaluation "
+                f"of every client. Memory = peak PSS (shared pages split between processes) sampled every second: "
                 f"*driver* = the process running the ServerApp and the simulated SuperLink, *tree* = driver + Ray "
                 f"(GCS, raylet, {a['workers']} ClientApp actors). One run per N ({machine_line(doc)}).", ""]
         rows = []
         for r in doc["runs"]:
-            rows.append([str(r["clients"]), f(r["register_exchange_s"], 1), f(r["per_round_s"], 2),
-                         f(r["fed_eval_extra_s"], 1), f(r["fed_eval_bytes_sent"] / 2**20, 0),
+            rows.append([str(r["clients"]), f(r["register_exchange_s"], 1), f(r.get("cpu_to_round1_s"), 1),
+                         f(r["per_round_s"], 2), f(r.get("cpu_per_round_s"), 2),
+                         f(r["fed_eval_extra_s"], 1), f(r.get("fed_eval_extra_cpu_s"), 1),
+                         f(r["fed_eval_bytes_sent"] / 2**20, 0)])
+        out += table(["clients N", "registration, wall s", "start-up to end of round 1, CPU s",
+                      "training round, wall s", "training round, CPU s", "+ federated eval of all N, wall s",
+                      "+ federated eval of all N, CPU s", "eval MiB sent"], rows) + [
+            "", "Registration is the first exchange, so its wall time includes the Ray actors' cold start "
+            "(each imports torch, Flower and the project before answering); CPU times are of the whole process "
+            "tree, minus the memory sampler's own thread. \"eval MiB sent\" counts every message's parameters; "
+            "in memory the messages share one record (fix 1).", ""]
+        rows = []
+        for r in doc["runs"]:
+            rows.append([str(r["clients"]), f(r["memory_registration"]["driver_mib"], 0),
+                         f(r["memory_registration"]["tree_mib"], 0),
                          f(r["memory_train_rounds"]["driver_mib"], 0), f(r["memory_train_rounds"]["tree_mib"], 0),
                          f(r["memory_eval_round"]["driver_mib"], 0), f(r["memory_eval_round"]["tree_mib"], 0)])
-        out += table(["clients N", "registration s", "per training round s", "federated eval (all N) +s",
-                      "eval MiB sent", "peak MiB driver (train)", "peak MiB tree (train)", "peak MiB driver (eval)",
-                      "peak MiB tree (eval)"], rows) + [""]
+        out += table(["clients N", "peak MiB driver (registration)", "peak MiB tree (registration)",
+                      "peak MiB driver (training rounds)", "peak MiB tree (training rounds)",
+                      "peak MiB driver (eval round)", "peak MiB tree (eval round)"], rows) + [""]
         g = doc.get("growth", {})
         if g:
             rows = [[k, f(v.get("mib_per_client", v.get("s_per_client")), 4), f(v["loglog_slope"], 3)]
@@ -185,6 +323,22 @@ def section_scale(doc: dict[str, Any] | None, engine: dict[str, Any] | None) -> 
             out += ["Growth with N (least-squares slope per extra registered client, and log-log slope: 0 = flat, "
                     "1 = linear, 2 = quadratic):", ""]
             out += table(["quantity", "per extra client (MiB or s)", "log-log slope"], rows) + [""]
+        if before is not None:
+            now = {r["clients"]: r for r in doc["runs"]}
+            rows = []
+            for r in before["runs"]:
+                a = now.get(r["clients"])
+                for label, run in (("before the fix (one model copy per message)", r), ("current code", a)):
+                    if run is None:
+                        continue
+                    rows.append([str(r["clients"]), label, f(run["memory_eval_round"]["driver_mib"], 0),
+                                 f(run["memory_eval_round"]["tree_mib"], 0), f(run["memory_train_rounds"]["driver_mib"], 0),
+                                 f(run["fed_eval_extra_s"], 1), f(run.get("fed_eval_extra_cpu_s"), 1)])
+            out += ["The same simulation with the code before the shared-record fix "
+                    "(`bench_scale --copy-per-message`, written " f"{before.get('written')}):", ""]
+            out += table(["clients N", "code", "peak MiB driver (eval round)", "peak MiB tree (eval round)",
+                          "peak MiB driver (training rounds)", "+ federated eval, wall s", "+ federated eval, CPU s"],
+                         rows) + [""]
         loads = [f(r["loadavg_after"][0], 1) for r in doc["runs"]]
         out += [f"Load average after each run: {', '.join(loads)}. Wall times here are stretched by the other "
                 f"jobs on the machine; the CPU-time measurements below are the steadier evidence.", ""]
@@ -204,6 +358,17 @@ def section_scale(doc: dict[str, Any] | None, engine: dict[str, Any] | None) -> 
                      f(r["train_sampled_peak_mib"], 1), f(r["train_sampled_cpu_ms"], 0)])
     out += table(["clients N", "code", "evaluate-all MiB", "evaluate-all CPU ms", "train (K=10) MiB",
                   "train (K=10) CPU ms"], rows) + [""]
+    if engine.get("registry"):
+        regs = ", ".join(f"N = {r['clients']}: {f(r['registry_mib'], 3)} MiB, {f(r['refresh_known_cpu_ms'], 2)} ms"
+                         for r in engine["registry"])
+        out += ["**Client registry** (`strategy.clients`: stable id, node id, size and class counts per client, plus "
+                "the last reported accuracy), and the `refresh_clients()` check every round pays once all nodes are "
+                f"known (one `get_node_ids()` and a set difference): {regs}. Linear in N but negligible.", ""]
+    if engine.get("ray_idle"):
+        ri = engine["ray_idle"]
+        out += [f"**Ray's daemons** (GCS, raylet, monitors) burn {f(ri['cpu_per_wall_s'], 3)} CPU seconds per wall "
+                f"second while idle (measured over {f(ri['seconds'], 0)} s), a cost paid for every second a simulation "
+                "runs, whatever the clients do (section 1 puts it next to Flower's overhead).", ""]
     out += ["**Flower's simulation engine** (flwr 1.41, `vce_api.add_messages_to_queue`): every 0.1 s it asks "
             "the in-memory SuperLink state, for each of the N registered nodes, whether a message waits, and each "
             "such query (`InMemoryLinkState.get_message_ins`) walks every stored message. One cycle therefore "
@@ -215,11 +380,28 @@ def section_scale(doc: dict[str, Any] | None, engine: dict[str, Any] | None) -> 
     return out
 
 
+def deployment_block_from_doc() -> str | None:
+    """The bench_deployment output recorded in docs/DEPLOYMENT.md (its Performance section), if any."""
+    path = DOC.parent / "DEPLOYMENT.md"
+    if not path.exists():
+        return None
+    parts = path.read_text().split("```")
+    for block in parts[1::2]:  # the contents of fenced blocks
+        if "benchmarks.bench_deployment" in block and "ratio" in block:
+            return block.strip()
+    return None
+
+
 def section_deployment(text: str | None) -> list[str]:
     out = ["## 4. Deployment vs simulation latency", ""]
+    recorded = None if text else deployment_block_from_doc()
     if text:
         out += ["Printed by `python -m benchmarks.bench_deployment` (the deployment helper's benchmark), verbatim:", "",
                 "```", text, "```", ""]
+    elif recorded:
+        out += ["Output of `benchmarks/bench_deployment.py` (the deployment helper's benchmark) as recorded in "
+                "[DEPLOYMENT.md](DEPLOYMENT.md#performance), which explains the causes (poll intervals, a fresh "
+                "ClientApp process per message) and the opt-in tuning:", "", "```", recorded, "```", ""]
     else:
         out += ["*Not included: benchmarks/results/deployment.txt does not exist. Generate it with "
                 "`python -m benchmarks.bench_deployment | tee benchmarks/results/deployment.txt`.*", ""]
@@ -257,46 +439,82 @@ code, not measured.**
 """
 
 
-def section_summary(ov: dict | None, ovs: dict | None, scale: dict | None, engine: dict | None) -> list[str]:
+def goal(c: dict[str, Any], target: float = 1.15) -> str:
+    """Whether the steady-state overhead goal (Flower/plain <= 1.15) holds in the worst repeat."""
+    cpu, wall = c["flower/plain cpu"], c["flower/plain"]
+    if cpu.get("max") is None or wall.get("max") is None:
+        return ""
+    worst = max(cpu["max"], wall["max"])
+    verdict = "met in every repeat" if worst <= target else ("met by the median" if max(cpu["median"], wall["median"])
+                                                           <= target else "not met")
+    return f" Goal Flower/plain <= {target}: {verdict} (worst repeat {f(worst, 3)})."
+
+
+def section_summary(ov: dict | None, ovs: dict | None, scale: dict | None, engine: dict | None,
+                    methods: dict | None = None, before: dict | None = None) -> list[str]:
     out = ["## Summary", ""]
     for label, doc in (("realistic workload (mnist-5k ConvNet, one local epoch)", ov),
                        ("overhead-dominated workload (digits MLP, milliseconds of compute per client)", ovs)):
         if doc is None:
             out.append(f"- Framework overhead, {label}: not measured.")
             continue
-        for c in doc["configs"]:
-            out.append(f"- Framework overhead, {label}, {c['workers']} worker(s): steady-state Flower/plain per-round "
-                       f"ratio **{rng(c['flower/plain cpu'], 3)} in CPU time**, {rng(c['flower/plain'], 3)} in wall time "
-                       f"(median [min, max] over {c['flower/plain']['n']} repeats); of which this project's own code "
-                       f"(inprocess/plain) {rng(c['inprocess/plain cpu'], 3)} CPU. Fixed start-up of a Flower run: "
-                       f"{rng(c['flower.startup_s'], 1)} s wall, {rng(c['flower.cpu_startup_s'], 1)} s CPU "
-                       f"(plain loop: {rng(c['plain.startup_s'], 1)} s wall).")
-    if engine is not None:
-        ex = {(r["clients"], r["shared_records"]): r for r in engine["exchange"]}
-        nmax = max(r["clients"] for r in engine["exchange"])
-        a, b = ex.get((nmax, False)), ex.get((nmax, True))
-        if a and b:
-            out.append(f"- Server memory for the federated evaluation of N = {nmax} clients: "
-                       f"{f(a['evaluate_all_peak_mib'], 0)} MiB before the fix (one model copy per message), "
-                       f"{f(b['evaluate_all_peak_mib'], 1)} MiB after (one shared record); a training exchange (K = 10) "
-                       f"now holds {f(b['train_sampled_peak_mib'], 1)} MiB of messages for every N.")
+        c = next((c for c in doc["configs"] if c["workers"] == 1), doc["configs"][0])
+        out.append(f"- Framework overhead, {label}, {c['workers']} worker(s): steady-state Flower/plain per-round "
+                   f"ratio **{rng(c['flower/plain cpu'], 3)} in CPU time**, {rng(c['flower/plain'], 3)} in wall time "
+                   f"(median [min, max] over {c['flower/plain']['n']} repeats); this project's own code "
+                   f"(inprocess/plain) accounts for {rng(c['inprocess/plain cpu'], 3)} in CPU time, Flower's engine "
+                   f"(flower/inprocess) for {rng(c['flower/inprocess cpu'], 3)}. Fixed start-up of a Flower run "
+                   f"(Ray, actors, imports, registration): {rng(c['flower.startup_s'], 1)} s wall, "
+                   f"{rng(c['flower.cpu_startup_s'], 1)} s CPU; shut-down {rng(c['flower.shutdown_s'], 1)} s wall."
+                   + goal(c))
+        by_w = {c["workers"]: c for c in doc["configs"]}
+        if 1 in by_w and 2 in by_w:
+            w1, w2 = by_w[1], by_w[2]
+            out.append(f"- Threads vs actors ({label.split(' (')[0]}), wall s per round with 1 -> 2 workers: plain loop "
+                       f"with torch threads {f(w1['plain.per_round_s']['median'])} -> {f(w2['plain.per_round_s']['median'])}, "
+                       f"Flower with single-threaded actors {f(w1['flower.per_round_s']['median'])} -> "
+                       f"{f(w2['flower.per_round_s']['median'])} (section 1).")
     if scale is not None:
+        runs = {r["clients"]: r for r in scale["runs"]}
         g = scale.get("growth", {})
-        tr = g.get("memory_train_rounds.tree_mib")
-        ev = g.get("memory_eval_round.driver_mib")
-        pr = g.get("per_round_s")
-        if tr:
-            out.append(f"- Peak memory of the whole simulation during training rounds vs registered clients "
-                       f"(10 sampled per round): {f(tr['mib_per_client'], 3)} MiB per extra client, log-log slope "
-                       f"{f(tr['loglog_slope'], 2)} (0 = flat).")
-        if ev:
-            out.append(f"- Driver peak memory in the round with the all-client evaluation: "
-                       f"{f(ev['mib_per_client'], 3)} MiB per extra client (log-log slope {f(ev['loglog_slope'], 2)}).")
-        if pr:
-            out.append(f"- Training-round time vs registered clients (fixed K): log-log slope {f(pr['loglog_slope'], 2)}: "
-                       f"Flower's engine polls every registered node every 0.1 s (section 3).")
-    out += ["", "Measured on a 2-core machine shared with other engineers' experiments (load averages of 20-60 "
-            "were common while these ran): wall times are stretched several-fold and noisy, so every comparison "
+        ns = sorted(runs)
+        tr, ev = g.get("memory_train_rounds.tree_mib"), g.get("memory_eval_round.driver_mib")
+        if tr and ev:
+            out.append(f"- Memory vs registered clients (N = {', '.join(map(str, ns))}; 10 sampled per round; Ray "
+                       f"simulation): peak of the whole process tree in training rounds "
+                       f"{', '.join(f(runs[n]['memory_train_rounds']['tree_mib'], 0) for n in ns)} MiB, of the driver in "
+                       f"the round that evaluates all N clients "
+                       f"{', '.join(f(runs[n]['memory_eval_round']['driver_mib'], 0) for n in ns)} MiB: flat (log-log "
+                       f"slopes {f(tr['loglog_slope'], 2)} and {f(ev['loglog_slope'], 2)}; 0 = flat, 1 = linear).")
+        if before is not None:
+            b = {r["clients"]: r for r in before["runs"]}
+            for n in sorted(b):
+                if n in runs:
+                    out.append(f"- Before fix 1 the same N = {n} run peaked at "
+                               f"{f(b[n]['memory_eval_round']['driver_mib'], 0)} MiB in the driver during the all-client "
+                               f"evaluation (now {f(runs[n]['memory_eval_round']['driver_mib'], 0)} MiB).")
+        if engine is not None:
+            out.extend(_exchange_fix_line(engine))
+        if all(runs[n].get("cpu_per_round_s") is not None for n in ns):
+            out.append(f"- Time vs registered clients: a training round (K = 10) costs "
+                       f"{', '.join(f(runs[n]['cpu_per_round_s'], 2) for n in ns)} s CPU for N = {', '.join(map(str, ns))}; "
+                       f"the federated evaluation of all N clients adds "
+                       f"{', '.join(f(runs[n]['fed_eval_extra_cpu_s'], 1) for n in ns)} s CPU: superlinear, because "
+                       f"Flower's simulation engine scans every stored message for every node every 0.1 s (section 3). "
+                       f"For large N keep `federated-eval-every` large.")
+    elif engine is not None:
+        out.extend(_exchange_fix_line(engine))
+    if methods is not None:
+        t = methods["table"]
+        ranked = sorted((m for m in t if m != "fedavg"), key=lambda m: -t[m]["cpu_ratio"]["median"])
+        out.append("- Method cost per round relative to FedAvg (CPU time; bytes sent where they differ): "
+                   + ", ".join(f"{m} {f(t[m]['cpu_ratio']['median'])}x"
+                               + (f" ({f(t[m]['bytes_sent_ratio']['median'])}x bytes)"
+                                  if abs(t[m]['bytes_sent_ratio']['median'] - 1) > 0.05 else "") for m in ranked)
+                   + " (section 2).")
+    out.append("- GPU: not measured (no GPU on this machine); device selection and GPU memory behaviour are "
+               "documented from the code in section 5.")
+    out += ["", "Measured on a 2-core machine shared with other engineers' experiments (load averages of 8-60 were common while these ran): wall times are stretched several-fold and noisy, so every comparison "
             "is a ratio of two measurements taken minutes apart in the same run, repeated, with the spread shown, "
             "and CPU time of the whole process tree (which counts only this run's work) is reported next to wall "
             "time. Read the wall-time columns as upper bounds.", ""]
@@ -305,56 +523,66 @@ def section_summary(ov: dict | None, ovs: dict | None, scale: dict | None, engin
 
 FIXES = """## 6. Fixes made, and what was left alone
 
-Fixes (each its own commit; behaviour unchanged: same results.json metrics for the same seed):
+Fix (its own commit, `perf: share one serialized parameter record ...`; behaviour unchanged: identical
+results.json metrics and byte counts for the same seed, checked for fedavg, scaffold, fedufo, fedetf,
+fedbc, fedbr, moon and fedrane in-process and for fedavg in a Ray simulation):
 
-1. **Shared parameter record per exchange** (`strategies/base.py`: `FLStrategy.params_record`, used by
-   `train_content` and `federated_evaluate`; the run-config record is built once per strategy too). Before,
-   every message carried its own serialized copy of the global model, so the federated evaluation of N
-   clients held N copies at once in the ServerApp (and in the simulated SuperLink, which stores message
-   objects). Gain: see the "Server messages" table in section 3 (for N = 1000 and a 1 MiB model, ~1 GiB
-   -> ~3 MiB, and ~30x less CPU to build the exchange). Records in outgoing messages are only read; the
-   deployment path (gRPC grid) already de-duplicates identical objects by content hash, so nothing
-   changes on the wire.
+1. **One shared parameter record per exchange** (`strategies/base.py`: `FLStrategy.params_record`, used by
+   `train_content` and `federated_evaluate`; the run-config record is built once per strategy too).
+   Before, every message carried its own serialized copy of the global model, so an exchange with N
+   clients held N copies at once in the ServerApp and in the simulated SuperLink, which stores message
+   objects until they are answered. Now the messages of an exchange share one record; Ray still
+   serializes each message when it hands it to an actor, but only the messages in flight (one per
+   actor). Gains: section 3 ("Server messages": ~1 GiB -> ~3 MiB and ~30x less CPU for an all-client
+   exchange at N = 1000 with a 1 MiB model; the Ray simulation before/after where measured). Records in
+   outgoing messages are only read; in deployment Flower's gRPC grid already de-duplicates identical
+   objects by content hash, so nothing changes on the wire.
 
-Checked and left as they were (measured, not worth a change):
+Checked and found fine (measured; no change needed):
 
-- Per-message client work outside training (CPU time, ConvNet): run-config parsing ~0.5 ms, data lookup
-  (cached per worker, 64 clients) ~0.1 ms, building the model ~3.5 ms, record -> numpy ~0.7 ms each way;
-  ~6 ms per message against ~0.5 s of training for one mnist-5k client. Caching a model per worker would
-  save ~2-3 ms per message but would have to reproduce `build_model`'s reseeding of the global RNG exactly.
-- Data and partitions are already cached per worker process (`load_pool`, `_partition` lru caches) and
-  not re-partitioned per round; torch threads in Ray actors default to the actor's CPU count (1).
-- The run config (~3 KB, 0.4 ms to parse) in every message: negligible next to the parameters.
+- Data: the pool and the partition are cached per worker process (`load_pool`, `_partition`), and a
+  client's arrays per worker (`_cached_arrays`, 64 clients): no per-round re-partitioning or reloading.
+- Threads: Ray sets `OMP_NUM_THREADS` to an actor's CPU count when it is unset, so a ClientApp with
+  `client-resources-num-cpus=1` trains on one thread; section 1 shows why that beats intra-op threads here.
+- Per-message client work outside training (CPU, ConvNet): run-config parsing ~0.5 ms, data lookup
+  ~0.1 ms, building the model ~3.5 ms (about 1 ms of it is `torch.manual_seed` formatting a stack trace
+  for its lazily queued CUDA seeding on a machine without CUDA), record <-> numpy ~0.7 ms each way:
+  ~6 ms per message, 1-2% of one mnist-5k client's training (this project's own overhead is the
+  inprocess/plain ratio of section 1). Caching the model per worker would save ~2 ms per message but
+  would have to reproduce `build_model`'s global-RNG reseeding exactly; not worth the risk.
+- The run config (~3 KB, ~0.5 ms to parse) in every message: negligible next to the parameters.
+- The client registry (`strategy.clients`) and the per-round re-check of the node list: linear in N but
+  well under a millisecond and a MiB at N = 1000 (section 3).
 
-Left for Flower / the lead (documented, not changed):
+Left for Flower (documented, not changed; nothing in this project can fix them):
 
 - Flower's simulation engine polls every registered node every 0.1 s and each poll walks every stored
-  message: O(N x pending) CPU per cycle in the driver (section 3). With 1000 registered clients a
-  training round with 10 messages pays ~45 ms of CPU every 0.1 s, and an exchange with *all* clients
-  (the registration query at start-up, the federated evaluation) pays seconds per cycle, so it is
-  quadratic in N. Sending such exchanges in chunks does not help (each chunk still pays at least one full
-  cycle of N x chunk). Until Flower indexes messages by node, for large N set `federated-eval-every`
-  high (or 0 and rely on the sampled clients' P-FL metrics), and expect a start-up cost quadratic in N.
-- Fixed latencies of the engine: the grid pulls replies every 0.1 s and the engine looks for new messages
-  every 0.1 s, so every exchange costs up to ~0.2 s of latency regardless of work; with milliseconds of
-  compute per client this dominates (the small workload in section 1).
-- Ray start-up (GCS, raylet, actors importing torch and flwr) is the fixed cost of a Flower run; Ray
-  gives its raylet a hard-coded 30 s to register, which an overloaded machine sometimes misses (the
-  benchmarks retry a run that failed before its first round).
+  message: O(N x pending) CPU per cycle in the driver (section 3). An exchange with *all* clients (the
+  registration query at start-up, every federated evaluation) therefore costs seconds of CPU per cycle
+  at N = 1000 and grows roughly quadratically with N. Sending it in chunks does not help: every chunk
+  still pays at least one full cycle of N x chunk. For large N set `federated-eval-every` high (or 0 and
+  rely on the sampled clients' P-FL metrics) and expect a start-up cost that grows with N.
+- Fixed latencies: the grid pulls replies every 0.1 s and the engine looks for new messages every 0.1 s,
+  so each exchange waits up to ~0.2 s regardless of work. With milliseconds of compute per client this
+  dominates (the digits workload of section 1: Flower/plain ~1.8x wall, ~3.7x CPU).
+- Ray's fixed costs: start-up (GCS, raylet, actors importing torch and Flower: tens of seconds on this
+  machine), the daemons' CPU while a run lasts (section 3), and a hard-coded 30 s for the raylet to
+  register, which an overloaded machine sometimes misses (the benchmarks retry a run that failed before
+  its first round).
 """
 
 
 def main() -> None:
-    ov, ovs = _load("overhead"), _load("overhead_small")
+    ov, ovs = _load_merged("overhead", "overhead_w2"), _load_merged("overhead_small")
     methods, scale, engine = _load("methods"), _load("scale"), _load("engine")
     lines = ["# Performance and scale", "",
              "*Generated by `python -m benchmarks.report` from the files in `benchmarks/results/` (do not edit by "
              "hand). Re-run a benchmark (commands in each section), then the report.*", ""]
-    lines += section_summary(ov, ovs, scale, engine)
+    lines += section_summary(ov, ovs, scale, engine, methods, _load("scale_before_fix"))
     lines += section_overhead([("Realistic workload: mnist-5k, ConvNet, 10 clients, one local epoch", ov),
-                               ("Overhead-dominated workload: digits, MLP, 10 clients", ovs)])
+                               ("Overhead-dominated workload: digits, MLP, 10 clients", ovs)], engine)
     lines += section_methods(methods, _text("fedrane"))
-    lines += section_scale(scale, engine)
+    lines += section_scale(scale, engine, _load("scale_before_fix"))
     lines += section_deployment(_text("deployment"))
     lines += [GPU, FIXES]
     DOC.parent.mkdir(parents=True, exist_ok=True)
