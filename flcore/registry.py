@@ -39,7 +39,7 @@ METHODS: dict[str, MethodSpec] = {
     "scaffold": MethodSpec("strategies.scaffold:ScaffoldStrategy", "client_app.trainers.scaffold:ScaffoldTrainer"),
     "moon": MethodSpec(_FEDAVG, "client_app.trainers.moon:MoonTrainer", model_hook="client_app.trainers.moon:add_projection_head"),
     "feddyn": MethodSpec("strategies.feddyn:FedDynStrategy", "client_app.trainers.feddyn:FedDynTrainer"),
-    "qfedavg": MethodSpec("strategies.qfedavg:QFedAvgStrategy", _BASE_TRAINER),
+    "qfedavg": MethodSpec("strategies.qfedavg:QFedAvgStrategy", "client_app.trainers.qfedavg:QFedAvgTrainer"),
     "fednova": MethodSpec("strategies.fednova:FedNovaStrategy", _BASE_TRAINER),
     "fedadam": MethodSpec("strategies.fedopt:FedAdamStrategy", _BASE_TRAINER),
     "fedyogi": MethodSpec("strategies.fedopt:FedYogiStrategy", _BASE_TRAINER),

@@ -8,12 +8,11 @@ L = 1/lr (the Lipschitz estimate of the paper's code):
 q = 0 gives the uniform average of the client models; larger q tilts the update towards clients with high
 loss (fairness). Like the paper's code, F_k gets +1e-10 so F_k^{q-1} stays finite.
 
-Which loss is F_k: the paper uses the global model's loss on the client's *training* data, measured before
-local training. The metric ``global-model-train-loss`` is used when clients report it; the base trainer
-reports only ``global-model-local-loss`` (the same model on the client's held-out local split), which is
-an unbiased estimate of the same quantity and is used otherwise (round metric ``qfedavg-loss-source``:
-1 = train split, 0 = local test split). ``train_loss`` is never used: it is measured during local training,
-not at w^t.
+F_k is the global model's loss on the client's *training* data, measured before local training (the
+paper's definition), reported by the q-FedAvg trainer (client_app/trainers/qfedavg.py) as
+``global-model-train-loss``. A reply without a finite one is rejected with that reason; the local test
+split (``global-model-local-loss``) is evaluation data and is never used here, and ``train_loss`` is
+measured during local training, not at w^t.
 """
 
 from __future__ import annotations
@@ -31,7 +30,7 @@ from strategies.base import ClientUpdate, FLStrategy
 from strategies.update_checks import average_non_float, is_float, metric_problem, reject_updates
 
 Arrays = Mapping[str, np.ndarray]
-LOSS_KEYS = ("global-model-train-loss", "global-model-local-loss")
+LOSS_KEY = "global-model-train-loss"
 EPS = 1e-10
 
 
@@ -73,23 +72,17 @@ class QFedAvgStrategy(FLStrategy):
         self.q = method_config(QFedAvgConfig, cfg.raw).qfedavg_q
         self._last: dict[str, float] = {}
 
-    @staticmethod
-    def loss_key(metrics: Mapping[str, Any]) -> str:
-        return LOSS_KEYS[0] if LOSS_KEYS[0] in metrics else LOSS_KEYS[1]
-
     def collect_updates(self, server_round, replies, reference, phase: str = "train"):
         updates, rejected = super().collect_updates(server_round, replies, reference, phase)
         return reject_updates(server_round, updates, rejected,
-                              lambda u: metric_problem(u.metrics, self.loss_key(u.metrics)), phase)
+                              lambda u: metric_problem(u.metrics, LOSS_KEY), phase)
 
     def aggregate(self, server_round: int, params, updates: list[ClientUpdate]):
-        keys = [self.loss_key(u.metrics) for u in updates]
-        losses = [float(u.metrics[k]) for u, k in zip(updates, keys)]
+        losses = [float(u.metrics[LOSS_KEY]) for u in updates]
         new, h_sum = qfedavg_aggregate(params, [u.params for u in updates], losses, self.q, 1.0 / self.cfg.lr)
         others = [k for k in params if k not in new]
         ints = average_non_float([u.params for u in updates], [1.0] * len(updates), others)
-        self._last = {"qfedavg-h-sum": h_sum,
-                      "qfedavg-loss-source": float(np.mean([k == LOSS_KEYS[0] for k in keys]))}
+        self._last = {"qfedavg-h-sum": h_sum}
         return OrderedDict((k, new[k].astype(params[k].dtype) if k in new else ints[k]) for k in params)
 
     def round_metrics(self) -> dict[str, Any]:

@@ -4,10 +4,16 @@ from types import SimpleNamespace
 
 import numpy as np
 import pytest
+import torch
 from flwr.app import MetricRecord, RecordDict
 
+from client_app.state import ClientState
+from client_app.trainers.base import ClientData, TrainJob
+from client_app.trainers.qfedavg import QFedAvgTrainer
+from client_app.training import evaluate
 from flcore.config import ConfigError
 from flcore.records import params_to_record
+from models import build_model
 from strategies.base import ClientUpdate
 from strategies.qfedavg import QFedAvgStrategy, qfedavg_aggregate
 from tests._baselines_util import make_cfg
@@ -39,27 +45,43 @@ def test_larger_q_moves_towards_the_high_loss_client():
     assert ratio(high_q) > ratio(low_q)
 
 
-def test_strategy_uses_global_model_loss_and_lr():
+def test_strategy_uses_the_global_models_train_split_loss_and_lr():
     cfg = make_cfg(method="qfedavg", qfedavg_q=1.0, lr=0.5)
     s = QFedAvgStrategy(cfg)
-    ups = [ClientUpdate(0, CLIENTS[0], 5, {"global-model-local-loss": 1.0, "train_loss": 9.0}, {}),
-           ClientUpdate(1, CLIENTS[1], 5, {"global-model-local-loss": 3.0, "train_loss": 9.0}, {})]
+    # the local-test loss and the in-training loss are present but must not matter
+    ups = [ClientUpdate(0, CLIENTS[0], 5, {"global-model-train-loss": 1.0, "global-model-local-loss": 50.0,
+                                           "train_loss": 9.0}, {}),
+           ClientUpdate(1, CLIENTS[1], 5, {"global-model-train-loss": 3.0, "global-model-local-loss": 0.1,
+                                           "train_loss": 9.0}, {})]
     new = s.aggregate(1, W, ups)
     np.testing.assert_allclose(new["w"], [1 - 2 / 28, 1 + 12 / 28], rtol=1e-6)  # L = 1/lr = 2
-    assert s.round_metrics()["qfedavg-loss-source"] == 0.0
-    ups[0].metrics["global-model-train-loss"] = 1.0
-    ups[1].metrics["global-model-train-loss"] = 3.0
-    ups[0].metrics["global-model-local-loss"] = ups[1].metrics["global-model-local-loss"] = 50.0
-    new2 = s.aggregate(1, W, ups)
-    np.testing.assert_allclose(new2["w"], new["w"], rtol=1e-6)  # the train-split loss wins when present
-    assert s.round_metrics()["qfedavg-loss-source"] == 1.0
+
+
+def test_trainer_reports_the_received_models_loss_on_the_training_split():
+    torch.manual_seed(0)
+    model = build_model(make_cfg(method="qfedavg", model="logistic"), (1, 4, 4), 3)
+    x_tr, y_tr = torch.randn(12, 1, 4, 4), torch.randint(0, 3, (12,))
+    x_te, y_te = torch.randn(5, 1, 4, 4), torch.randint(0, 3, (5,))
+    expected_train, _ = evaluate(model, x_tr, y_tr)
+    expected_test, _ = evaluate(model, x_te, y_te)
+    job = TrainJob(cfg=make_cfg(method="qfedavg", model="logistic", local_epochs=2, batch_size=4), cid=0,
+                   server_round=1, model=model,
+                   global_params={k: v.clone() for k, v in model.state_dict().items()},
+                   data=ClientData(x_tr, y_tr, x_te, y_te, 3), config={}, records={}, state=ClientState(RecordDict(), 0),
+                   device=torch.device("cpu"), generator=torch.Generator().manual_seed(0))
+    metrics = QFedAvgTrainer(job).run().metrics
+    assert metrics["global-model-train-loss"] == pytest.approx(expected_train, rel=1e-6)
+    assert metrics["global-model-local-loss"] == pytest.approx(expected_test, rel=1e-6)
+    assert metrics["global-model-train-loss"] != pytest.approx(expected_test)
+    assert metrics["local-steps"] == 6  # it trained after measuring
 
 
 def test_reply_without_a_usable_loss_is_rejected():
     s = QFedAvgStrategy(make_cfg(method="qfedavg"))
     bad = RecordDict({"arrays": params_to_record(W), "metrics": MetricRecord({"num-examples": 3})})
     nan = RecordDict({"arrays": params_to_record(W),
-                      "metrics": MetricRecord({"num-examples": 3, "global-model-local-loss": float("nan")})})
+                      "metrics": MetricRecord({"num-examples": 3, "global-model-train-loss": float("nan"),
+                                               "global-model-local-loss": 0.5})})
     updates, rejected = s.collect_updates(1, {7: SimpleNamespace(content=bad), 8: SimpleNamespace(content=nan)}, W)
     assert updates == [] and [f.cid for f in rejected] == [7, 8]
     assert "missing" in rejected[0].reason and "finite" in rejected[1].reason

@@ -4,6 +4,7 @@ A method overrides a few hooks, FL-bench style:
     terms()          -> loss terms plugged into the one loop (client_app/training.py)
     forward()        -> how logits/features are computed in training (e.g. ETF + memory vectors)
     personalized()   -> the model evaluated for P-FL (e.g. FedBC-FineTune fine-tunes a copy)
+    before_fit()     -> scalars measured on the received global model before training (q-FedAvg's F_k)
     extra_metrics()  -> scalars reported with the update (e.g. FedBC's ||x - z||^2)
     extra_records()  -> arrays/configs reported with the update (e.g. SCAFFOLD's delta c, class means)
 Everything a trainer may read is in :class:`TrainJob`.
@@ -97,6 +98,9 @@ class Trainer:
         """The client's local model for P-FL evaluation (default: the model just trained)."""
         return self.job.model
 
+    def before_fit(self) -> dict[str, float | int]:
+        return {}
+
     def extra_metrics(self, stats: TrainStats) -> dict[str, float | int]:
         return {}
 
@@ -110,6 +114,7 @@ class Trainer:
     def run(self) -> TrainReply:
         d = self.job.data
         g_loss, g_acc = evaluate(self.job.model, d.x_test, d.y_test)
+        before = self.before_fit()
         stats = self.fit()
         l_loss, l_acc = evaluate(self.personalized(), d.x_test, d.y_test)
         metrics: dict[str, float | int] = {
@@ -122,6 +127,7 @@ class Trainer:
             "global-model-local-accuracy": g_acc,
             "global-model-local-loss": g_loss,
         }
+        metrics.update(before)
         metrics.update(self.extra_metrics(stats))
         return TrainReply(self.reply_params(), metrics, self.extra_records())
 
