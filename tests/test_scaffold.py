@@ -12,7 +12,7 @@ from flwr.app import MetricRecord, RecordDict
 from tests._baselines_util import initial_params, make_cfg, make_data, make_job, register, run_client, run_round
 from client_app.trainers.base import Trainer
 from client_app.trainers.scaffold import (DELTA_C, STATE_C_I, ControlVariateTerm, full_gradient,
-                                          option2_variate)
+                                          option2_variate, momentum_step_sum)
 from client_app.training import default_forward
 from flcore.config import ConfigError
 from flcore.records import params_to_record, record_to_params
@@ -28,6 +28,25 @@ def test_option2_formula_by_hand():
     # c_i+ = c_i - c + (x - y)/(K lr) = [1, 0] - [0.5, 0.5] + ([2, 2] - [1, 3])/(4 * 0.5)
     out = option2_variate({"w": t(1, 0)}, {"w": t(0.5, 0.5)}, {"w": t(2, 2)}, {"w": t(1, 3)}, 4, 0.5)
     torch.testing.assert_close(out["w"], t(1.0, -1.0))
+
+
+@pytest.mark.parametrize("momentum", [0.0, 0.5, 0.9])
+def test_option2_recovers_a_constant_gradient_under_momentum(momentum):
+    # loss = g . w has the constant gradient g: after K torch-SGD steps (fresh momentum buffer) option II
+    # with c_i = c = 0 must return g itself, whatever the momentum
+    g = t(0.3, -1.2, 2.0)
+    w = torch.zeros(3, dtype=torch.float64, requires_grad=True)
+    opt = torch.optim.SGD([w], lr=0.05, momentum=momentum)
+    for _ in range(7):
+        opt.zero_grad()
+        (g @ w).backward()
+        opt.step()
+    zero = {"w": torch.zeros(3, dtype=torch.float64)}
+    out = option2_variate(zero, zero, {"w": torch.zeros(3, dtype=torch.float64)}, {"w": w.detach()}, 7, 0.05, momentum)
+    torch.testing.assert_close(out["w"], g)
+    assert momentum_step_sum(7, 0.0) == 7.0
+    with pytest.raises(ValueError, match="momentum"):
+        momentum_step_sum(7, 1.0)
 
 
 def test_full_gradient_is_the_full_batch_gradient():

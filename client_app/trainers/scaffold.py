@@ -4,6 +4,10 @@ Each local step uses the corrected gradient g_i(y) - c_i + c (a :class:`ControlV
 loop). After K local steps with learning rate eta_l the client updates its control variate:
     option I:  c_i+ = g_i(x)                                   (full local gradient at the server model)
     option II: c_i+ = c_i - c + (x - y_i) / (K eta_l)          (reuses the local updates; the default)
+With heavy-ball momentum beta (torch SGD, buffer reset every round) K steps move the model by
+eta_l * S(K, beta) times a constant gradient, S = sum_{t=1..K} (1 - beta^t) / (1 - beta) (= K for beta = 0),
+so option II divides by eta_l * S instead of K eta_l: otherwise c_i overestimates the gradient ~1/(1-beta)
+times (10x at beta = 0.9) and the corrected steps diverge. beta = 0 is exactly the paper's formula.
 and returns y_i (the arrays) and delta c_i = c_i+ - c_i (record ``scaffold-delta-c``). c_i lives in the
 client's persistent state (``scaffold-c-i``); c arrives from the server (record ``scaffold-c``).
 Control variates cover the model's trainable parameters, keyed by state-dict name.
@@ -51,11 +55,23 @@ class ScaffoldConfig:
 
 def option2_variate(c_i: Mapping[str, torch.Tensor], c: Mapping[str, torch.Tensor],
                     x: Mapping[str, torch.Tensor], y: Mapping[str, torch.Tensor],
-                    steps: int, lr: float) -> Tensors:
-    """SCAFFOLD option II (Alg. 1 line 12): c_i+ = c_i - c + (x - y_i) / (K * eta_l)."""
+                    steps: int, lr: float, momentum: float = 0.0) -> Tensors:
+    """SCAFFOLD option II (Alg. 1 line 12): c_i+ = c_i - c + (x - y_i) / (eta_l * S(K, beta)),
+    S = :func:`momentum_step_sum` (= K without momentum: the paper's formula)."""
     if steps <= 0 or lr <= 0:
         raise ValueError(f"option II needs steps > 0 and lr > 0, got steps={steps}, lr={lr}")
-    return OrderedDict((k, c_i[k] - c[k] + (x[k] - y[k]) / (steps * lr)) for k in c_i)
+    scale = lr * momentum_step_sum(steps, momentum)
+    return OrderedDict((k, c_i[k] - c[k] + (x[k] - y[k]) / scale) for k in c_i)
+
+
+def momentum_step_sum(steps: int, momentum: float) -> float:
+    """S(K, beta) = sum_{t=1..K} (1 - beta^t) / (1 - beta): how many gradient-lengths K heavy-ball steps
+    (buffer starting at 0) move the parameters under a constant gradient; K when beta = 0."""
+    if not 0.0 <= momentum < 1.0:
+        raise ValueError(f"momentum must be in [0, 1), got {momentum}")
+    if momentum == 0.0:
+        return float(steps)
+    return (steps - momentum * (1.0 - momentum ** steps) / (1.0 - momentum)) / (1.0 - momentum)
 
 
 def full_gradient(model: nn.Module, x: torch.Tensor, y: torch.Tensor, names: list[str], batch_size: int,
@@ -145,7 +161,8 @@ class ScaffoldTrainer(Trainer):
         stats = super().fit()
         if self.scfg.scaffold_option == "II":
             if stats.steps > 0:
-                new_c_i = option2_variate(self.c_i, self.c, x, self._trainable(), stats.steps, opt.lr)
+                new_c_i = option2_variate(self.c_i, self.c, x, self._trainable(), stats.steps, opt.lr,
+                                          opt.momentum)
             else:  # no local step was taken: nothing to learn c_i from
                 new_c_i = OrderedDict((k, v.clone()) for k, v in self.c_i.items())
         self.delta_c = OrderedDict((k, new_c_i[k] - self.c_i[k]) for k in self.names)
