@@ -8,7 +8,7 @@ rounds 2..R (rounds differ for methods with stages, e.g. FedUFO's UAD stage one 
 bytes sent/received per round, and per message phase (FedUFO: train.prior, then train.posterior with
 the relayed priors). Methods that fail to build or run are reported as missing with the error.
 
-FedRANE (GNE/LRA) is measured by benchmarks/bench_fedrane.py (its own helper).
+FedRANE (GNE/LRA) is measured by benchmarks/bench_gne.py.
 
     python -m benchmarks.bench_methods [--methods fedavg fedufo ...] [--repeats 2] [--rounds 3]
 """

@@ -25,7 +25,7 @@ from __future__ import annotations
 import math
 from collections import OrderedDict
 from dataclasses import dataclass
-from typing import Mapping, Sequence
+from typing import Iterator, Mapping, Sequence
 
 import numpy as np
 from scipy.optimize import nnls
@@ -49,13 +49,35 @@ class NashSolution:
 
 
 # ------------------------------------------------------------------------------------------ Gram matrix
+def _delta_blocks(global_params: Params, client_params: Sequence[Params], key: str, chunk_elems: int
+                  ) -> Iterator[tuple[int, int, np.ndarray]]:
+    """Yield (start, stop, block) over one flattened tensor: block[k] = Delta_k[start:stop] in float64.
+
+    One float64 buffer of at most ``chunk_elems`` values is reused across chunks, so the peak extra memory
+    is O(chunk_elems) rather than O(K d); the float32 -> float64 subtraction is exact.
+    """
+    k = len(client_params)
+    ref = np.asarray(global_params[key]).ravel()
+    step = max(1, chunk_elems // k)
+    buf = np.empty((k, min(step, ref.size)), dtype=np.float64)
+    for start in range(0, ref.size, step):
+        stop = min(ref.size, start + step)
+        block = buf[:, : stop - start]
+        for i, params in enumerate(client_params):
+            flat = np.asarray(params[key]).ravel()
+            if flat.size != ref.size:
+                raise ValueError(f"client {i}: tensor {key!r} has {flat.size} values, the global model {ref.size}")
+            np.subtract(flat[start:stop], ref[start:stop], out=block[i], dtype=np.float64)
+        yield start, stop, block
+
+
 def delta_gram(global_params: Params, client_params: Sequence[Params], keys: Sequence[str] | None = None,
                chunk_elems: int = 1 << 22) -> np.ndarray:
     """M = G^T G for the deltas Delta_k = theta_k - theta_t, accumulated layer by layer in float64.
 
     Never materialises G: each tensor is flattened and processed in chunks of at most ``chunk_elems``
-    values across all K clients, so the peak extra memory is O(chunk_elems) rather than O(K d).
-    ``keys`` defaults to every floating-point tensor of ``global_params``.
+    values across all K clients (:func:`_delta_blocks`). ``block @ block.T`` is a symmetric rank-n update
+    (numpy hands it to BLAS ``syrk``). ``keys`` defaults to every floating-point tensor of ``global_params``.
     """
     k = len(client_params)
     if k == 0:
@@ -63,31 +85,29 @@ def delta_gram(global_params: Params, client_params: Sequence[Params], keys: Seq
     keys = list(keys) if keys is not None else floating_keys(global_params)
     gram = np.zeros((k, k), dtype=np.float64)
     for key in keys:
-        ref = np.asarray(global_params[key], dtype=np.float64).ravel()
-        step = max(1, chunk_elems // k)
-        for start in range(0, ref.size, step):
-            stop = min(ref.size, start + step)
-            block = np.empty((k, stop - start), dtype=np.float64)
-            for i, params in enumerate(client_params):
-                block[i] = np.asarray(params[key]).ravel()[start:stop]
-            block -= ref[start:stop]
+        for _, _, block in _delta_blocks(global_params, client_params, key, chunk_elems):
             gram += block @ block.T
     return 0.5 * (gram + gram.T)
 
 
-def combine_deltas(global_params: Params, client_params: Sequence[Params], coef: np.ndarray
-                   ) -> "OrderedDict[str, np.ndarray]":
-    """theta_t + sum_k coef_k (theta_k - theta_t), per tensor in float64, cast back to each dtype (Eq. 10)."""
+def combine_deltas(global_params: Params, client_params: Sequence[Params], coef: np.ndarray,
+                   chunk_elems: int = 1 << 22) -> "OrderedDict[str, np.ndarray]":
+    """theta_t + sum_k coef_k (theta_k - theta_t), per tensor in float64, cast back to each dtype (Eq. 10).
+
+    Floating tensors are combined chunk by chunk as one matrix-vector product coef @ block over the
+    same float64 delta blocks as :func:`delta_gram`; integer buffers are rounded back to integers.
+    """
     coef = np.asarray(coef, dtype=np.float64)
     if coef.shape != (len(client_params),):
         raise ValueError(f"need one coefficient per client, got {coef.shape} for {len(client_params)} clients")
     out: "OrderedDict[str, np.ndarray]" = OrderedDict()
     for key, g in global_params.items():
-        base = np.asarray(g, dtype=np.float64)
-        acc = base.copy()
-        for ck, params in zip(coef, client_params):
-            acc += ck * (np.asarray(params[key], dtype=np.float64) - base)
-        out[key] = np.rint(acc).astype(g.dtype) if np.issubdtype(g.dtype, np.integer) else acc.astype(g.dtype)
+        base = np.asarray(g)
+        acc = base.astype(np.float64).ravel()  # a fresh copy
+        for start, stop, block in _delta_blocks(global_params, client_params, key, chunk_elems):
+            acc[start:stop] += coef @ block
+        acc = acc.reshape(base.shape)
+        out[key] = np.rint(acc).astype(base.dtype) if np.issubdtype(base.dtype, np.integer) else acc.astype(base.dtype)
     return out
 
 

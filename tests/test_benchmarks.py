@@ -91,3 +91,17 @@ def test_params_record_is_shared_within_an_exchange_and_rebuilt_for_new_params()
     assert swapped is not c and np.array_equal(record_to_params(swapped)["b"], np.zeros(2))
     run_cfg_a = strategy._base_content(1)["run_config"]
     assert run_cfg_a is strategy._base_content(2)["run_config"] and dict(run_cfg_a)["method"] == "fedavg"
+
+
+def test_gne_benchmark_times_a_converged_aggregation_of_distinct_updates():
+    from benchmarks.bench_gne import client_updates, fedrane_config, global_params, time_gne
+
+    cfg = fedrane_config("mlp", **{"gne-solver": "newton"})
+    glob = global_params(cfg, "mlp")
+    ups = client_updates(glob, 4)
+    key = next(k for k, v in glob.items() if np.issubdtype(v.dtype, np.floating))
+    deltas = [u.params[key] - glob[key] for u in ups]
+    assert all(np.linalg.norm(d) > 0 for d in deltas)
+    assert not np.allclose(deltas[0], deltas[1])  # client-specific parts: a non-trivial Gram matrix
+    r = time_gne(cfg, glob, ups, repeats=1)
+    assert r["gne_cpu_s"] > 0 and r["residual"] < 1e-8 and r["iterations"] >= 1
