@@ -20,43 +20,23 @@ from collections import OrderedDict
 from typing import Iterable
 
 from flwr.app import ConfigRecord, Message, RecordDict
-from flwr.serverapp import Grid
 from flwr.supercore.task_identity import TaskIdentity
 
+from benchmarks.inproc_grid import InProcessGrid
 
-class CaptureGrid(Grid):
-    """Keeps the messages a strategy sends and answers none of them."""
+
+class CaptureGrid(InProcessGrid):
+    """Keeps the messages of the last push and answers none of them."""
 
     def __init__(self, num_nodes: int) -> None:
-        self.node_ids = list(range(1000, 1000 + num_nodes))
+        super().__init__(num_nodes)
         self.last: list[Message] = []
-        if TaskIdentity._run_id is None:
-            TaskIdentity.run_id, TaskIdentity.task_id, TaskIdentity.node_id = 1, 1, 0
 
-    def get_node_ids(self) -> Iterable[int]:
-        return list(self.node_ids)
-
-    def send_and_receive(self, messages: Iterable[Message], *, timeout: float | None = None) -> Iterable[Message]:
+    def push_messages(self, messages: Iterable[Message]) -> Iterable[str]:
         self.last = list(messages)
-        return []
+        return [f"captured-{i}" for i in range(len(self.last))]
 
-    def set_run(self, run_id: int) -> None:
-        pass
-
-    @property
-    def run(self):
-        return None
-
-    def create_message(self, content, message_type, dst_node_id, group_id, ttl=None):
-        return Message(content=content, dst_node_id=dst_node_id, message_type=message_type, group_id=group_id)
-
-    def get_nodes(self):
-        return []
-
-    def push_messages(self, messages):
-        return []
-
-    def pull_messages(self, message_ids):
+    def pull_messages(self, message_ids: Iterable[str]) -> Iterable[Message]:
         return []
 
 

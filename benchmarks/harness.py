@@ -162,9 +162,9 @@ def exchange_clock(modules: tuple[str, ...] = ("strategies.base", "strategies.fe
     calls: list[dict] = []
     original = ex.exchange
 
-    def timed_exchange(grid, sends, message_type, timeout, server_round, phase=None):
+    def timed_exchange(grid, sends, message_type, timeout, server_round, phase=None, **kwargs):
         t = time.time()
-        res = original(grid, sends, message_type, timeout, server_round, phase=phase)
+        res = original(grid, sends, message_type, timeout, server_round, phase=phase, **kwargs)
         calls.append({"phase": phase or message_type, "round": server_round, "messages": len(sends),
                       "replies": len(res.replies), "bytes_sent": res.bytes_sent,
                       "bytes_received": res.bytes_received, "start": t, "seconds": time.time() - t})

@@ -3,8 +3,9 @@
 
 Where deployment time goes (per message, stock flwr 1.41): the SuperNode polls the SuperLink every 3 s,
 its SuperExec polls for tasks every 1 s, every message starts a fresh ``flwr-clientapp`` process that
-imports torch (3-4 s idle, far more on a busy box), and the ServerApp's ``Grid.send_and_receive`` polls
-for replies every 3 s. The two commands here remove most of it without changing what runs:
+imports torch (3-4 s idle, far more on a busy box), and ``Grid.send_and_receive`` polls for replies
+every 3 s (this project's ServerApp does not call it: strategies/exchange.py pulls with its own short
+waits). The two commands here remove most of it without changing what runs:
 
 ``python deploy/tuned.py [--poll S] [--preload MODS] superexec <flower-superexec args>``
     A SuperExec whose task processes are forked from an interpreter that has already imported

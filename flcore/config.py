@@ -71,6 +71,7 @@ class RunConfig:
     min_train_nodes: int = 2
     min_train_replies: int = 1
     round_timeout: float = 600.0
+    reply_poll_interval: float = 0.1
     round_retries: int = 1
     max_update_norm: float = 1000.0
     federated_eval_every: int = 1
@@ -122,6 +123,7 @@ class RunConfig:
         _positive("classes-per-client", self.classes_per_client)
         _positive("samples-per-class", self.samples_per_class)
         _positive("round-timeout", self.round_timeout)
+        _positive("reply-poll-interval", self.reply_poll_interval)
         _positive("max-update-norm", self.max_update_norm)
         _positive("etf-scale", self.etf_scale)
         _positive("min-train-replies", self.min_train_replies)

@@ -116,7 +116,8 @@ class FLStrategy(Strategy):
             new = [n for n in node_ids if n not in known]
             if new:
                 sends = {-(i + 1): (n, self._base_content(0)) for i, n in enumerate(new)}
-                res = exchange(grid, sends, "query", self.cfg.round_timeout, 0, phase="register")
+                res = exchange(grid, sends, "query", self.cfg.round_timeout, 0, phase="register",
+                               poll=self.cfg.reply_poll_interval)
                 errors = [f for f in res.failures if f.kind == "error"]
                 if errors and len(self.clients) + len(res.replies) < max(self.cfg.min_train_nodes, 1):
                     raise RoundFailed("client registration failed on %d node(s): %s" % (
@@ -206,7 +207,8 @@ class FLStrategy(Strategy):
             sampled = self.sample(server_round)
             sends = {cid: (self.clients[cid].node_id, self.train_content(server_round, cid, params))
                      for cid in sampled}
-            res = exchange(grid, sends, "train", self.cfg.round_timeout, server_round)
+            res = exchange(grid, sends, "train", self.cfg.round_timeout, server_round,
+                           poll=self.cfg.reply_poll_interval)
             updates, rejected = self.collect_updates(server_round, res.replies, params)
             failures += res.failures + rejected
             sent += res.bytes_sent
@@ -236,7 +238,8 @@ class FLStrategy(Strategy):
             content["arrays"] = self.params_record(params)
             content["config"] = config_to_record({"server-round": server_round, "cid": cid})
             sends[cid] = (info.node_id, content)
-        res = exchange(grid, sends, "evaluate", self.cfg.round_timeout, server_round, phase="evaluate")
+        res = exchange(grid, sends, "evaluate", self.cfg.round_timeout, server_round, phase="evaluate",
+                       poll=self.cfg.reply_poll_interval)
         self._forget_lost(res)
         return {cid: dict(r.content["metrics"]) for cid, r in res.replies.items()}, res.failures
 

@@ -172,7 +172,7 @@ class FedUFOStrategy(FLStrategy):
         for attempt in range(self.cfg.round_retries + 1):
             sampled = self.sample(server_round)
             sends = {cid: (self.clients[cid].node_id, self.train_content(server_round, cid, params)) for cid in sampled}
-            res = exchange(grid, sends, "train.prior", timeout, server_round)
+            res = exchange(grid, sends, "train.prior", timeout, server_round, poll=self.cfg.reply_poll_interval)
             priors, rejected = self.collect_updates(server_round, res.replies, params, phase="train.prior")
             failures += res.failures + rejected
             sent, received = sent + res.bytes_sent, received + res.bytes_received
@@ -188,7 +188,8 @@ class FedUFOStrategy(FLStrategy):
                     for key, rec in relay[cid].items():
                         content[key] = rec
                     sends[cid] = (self.clients[cid].node_id, content)
-                res = exchange(grid, sends, "train.posterior", timeout, server_round)
+                res = exchange(grid, sends, "train.posterior", timeout, server_round,
+                               poll=self.cfg.reply_poll_interval)
                 updates, rejected = self.collect_updates(server_round, res.replies, params, phase="train.posterior")
                 failures += res.failures + rejected
                 sent, received = sent + res.bytes_sent, received + res.bytes_received

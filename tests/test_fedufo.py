@@ -9,6 +9,7 @@ import pytest
 import torch
 from flwr.app import ConfigRecord, Context, Error, Message, RecordDict
 
+from benchmarks.inproc_grid import InProcessGrid
 from client_app.state import ClientState
 from client_app.trainers.base import ClientData, TrainJob
 from client_app.trainers.fedufo import (COUNTS_KEY, GROUP_KEY, PRIOR_KEY, FedUFOConfig, FedUFOTrainer,
@@ -243,40 +244,26 @@ def test_cgl_only_posterior_needs_no_relay_and_missing_relay_is_an_error():
 
 
 # ============================================================================ a full round, in process
-class InProcessGrid:
-    """Routes messages straight into the ClientApp (no Ray, no SuperLink); can fail chosen deliveries."""
+class FailingGrid(InProcessGrid):
+    """The in-process grid (real ClientApp, no Ray, no SuperLink) failing chosen (client, message type)
+    deliveries, with a log of what each client was sent."""
 
-    def __init__(self, cfg: RunConfig, num_nodes: int, fail: set[tuple[int, str]] = frozenset()) -> None:
-        from flwr.supercore.task_identity import TaskIdentity
-
-        TaskIdentity.run_id, TaskIdentity.node_id, TaskIdentity.task_id = 1, 1, 1
-        self.contexts = {100 + i: Context(1, 100 + i, {"partition-id": i, "num-partitions": num_nodes},
-                                          RecordDict(), {}) for i in range(num_nodes)}
+    def __init__(self, num_nodes: int, fail: set[tuple[int, str]] = frozenset()) -> None:
+        super().__init__(num_nodes, first_node_id=100)
         self.fail = set(fail)
         self.log: list[tuple[int, str, list[str]]] = []
 
-    def get_node_ids(self):
-        return list(self.contexts)
-
-    def send_and_receive(self, messages, timeout=None):
-        from client_app.app import app
-
-        replies = []
-        for n, msg in enumerate(messages):
-            msg.metadata.__dict__["_message_id"] = f"m{len(self.log)}-{n}"
-            node = msg.metadata.dst_node_id
-            cid = node - 100
-            self.log.append((cid, msg.metadata.message_type, sorted(msg.content.keys())))
-            if (cid, msg.metadata.message_type) in self.fail:
-                replies.append(Message(Error(code=0, reason="injected failure"), reply_to=msg))
-            else:
-                replies.append(app(msg, self.contexts[node]))
-        return replies
+    def _deliver(self, msg: Message) -> Message | None:
+        cid = msg.metadata.dst_node_id - 100
+        self.log.append((cid, msg.metadata.message_type, sorted(msg.content.keys())))
+        if (cid, msg.metadata.message_type) in self.fail:
+            return Message(Error(code=0, reason="injected failure"), reply_to=msg)
+        return super()._deliver(msg)
 
 
 def test_full_round_relay_failures_and_bytes():
     cfg = _cfg(**{"partition": "shards", "fraction-train": 1.0, "local-epochs": 1, "num-server-rounds": 2})
-    grid = InProcessGrid(cfg, 4, fail={(1, "train.prior"), (2, "train.posterior")})
+    grid = FailingGrid(4, fail={(1, "train.prior"), (2, "train.posterior")})
     strategy = FedUFOStrategy(cfg)
     model = build_model(cfg, (1, 8, 8), 10)
     theta = dict(model_params(model))
