@@ -45,17 +45,17 @@ def local_test_fraction(clients: int) -> float:
     return 1.0 / (POOL // clients)
 
 
-def workload(clients: int, sampled: int, rounds: int, out_dir: str) -> dict:
-    return {"method": "fedavg", "dataset": "mnist-5k", "partition": "iid", "num-server-rounds": rounds,
+def workload(clients: int, sampled: int, rounds: int, out_dir: str, eval_clients: int = 0) -> dict:
+    return {"federated-eval-clients": eval_clients, "method": "fedavg", "dataset": "mnist-5k", "partition": "iid", "num-server-rounds": rounds,
             "fraction-train": fraction_for(sampled, clients), "min-train-nodes": min(2, sampled),
             "batch-size": 3, "max-local-steps": 1, "local-epochs": 1, "min-partition-size": 1,
             "local-test-fraction": local_test_fraction(clients),
             "federated-eval-every": rounds, "seed": 0, "out-dir": out_dir}
 
 
-def one_run(clients: int, sampled: int, rounds: int, workers: int) -> dict:
+def one_run(clients: int, sampled: int, rounds: int, workers: int, eval_clients: int = 0) -> dict:
     with tempfile.TemporaryDirectory(prefix="bench_scale_") as tmp, MemorySampler(1.0) as mem:
-        res = run_flower(workload(clients, sampled, rounds, tmp), clients, total_cpus=workers)
+        res = run_flower(workload(clients, sampled, rounds, tmp, eval_clients), clients, total_cpus=workers)
     ends = res["round_ends"]
     # process-tree CPU minus what the memory sampler (a thread of this process) used itself
     res["round_end_cpu"] = [c - mem.cpu_until(t) for c, t in zip(res["round_end_cpu"], ends)]
@@ -72,6 +72,7 @@ def one_run(clients: int, sampled: int, rounds: int, workers: int) -> dict:
     t_reg_end = reg[-1]["start"] + reg[-1]["seconds"] if reg else res["t_start"]
     return {
         "clients": clients, "sampled": sampled, "rounds": rounds, "local_test_fraction": local_test_fraction(clients),
+        "federated_eval_clients": eval_clients, "num_evaluated": rows[-1].get("num_evaluated"),
         "num_sampled": [r["num_sampled"] for r in rows],
         "startup_s": res["t_registered"] - res["t_start"] if res["t_registered"] else None,
         "register_exchange_s": sum(e["seconds"] for e in reg), "register_messages": sum(e["messages"] for e in reg),
@@ -101,6 +102,8 @@ def main() -> None:
     ap.add_argument("--rounds", type=int, default=5)
     ap.add_argument("--workers", type=int, default=2)
     ap.add_argument("--name", default="scale")
+    ap.add_argument("--federated-eval-clients", type=int, default=0,
+                    help="evaluate a fixed seeded sample of this many clients in the last round (0 = all)")
     ap.add_argument("--keep", nargs="*", type=int, default=[],
                     help="N values whose runs are kept from the existing results file instead of re-run "
                          "(only if that run used the same workload)")
@@ -119,14 +122,15 @@ def main() -> None:
     old = load_result(args.name) or {}
     kept = {r["clients"]: r for r in old.get("runs", []) if r["clients"] in args.keep
             and r.get("rounds") == args.rounds and r.get("sampled") == args.sampled
-            and r.get("local_test_fraction", 0.25) == local_test_fraction(r["clients"])}
+            and r.get("local_test_fraction", 0.25) == local_test_fraction(r["clients"])
+            and r.get("federated_eval_clients", 0) == args.federated_eval_clients}
     runs = []
     for n in sorted(set(args.clients) | set(kept)):
         if n in kept:
             runs.append(kept[n])
             print(f"[N={n:5d}] kept from the previous results file (written {old.get('written')})")
             continue
-        r = one_run(n, args.sampled, args.rounds, args.workers)
+        r = one_run(n, args.sampled, args.rounds, args.workers, args.federated_eval_clients)
         runs.append(r)
         print(f"[N={n:5d}, K={args.sampled}] registration {r['register_exchange_s']:.1f}s | per round "
               f"{r['per_round_s']:.2f}s wall {r['cpu_per_round_s']:.2f}s cpu | fed-eval of all clients "

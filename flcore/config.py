@@ -75,6 +75,7 @@ class RunConfig:
     round_retries: int = 1
     max_update_norm: float = 1000.0
     federated_eval_every: int = 1
+    federated_eval_clients: int = 0
     target_accuracy: float = 0.8
     raw: Mapping[str, Any] = field(default_factory=dict, compare=False, repr=False)
 
@@ -133,6 +134,7 @@ class RunConfig:
         _nonneg("max-local-steps", self.max_local_steps)
         _nonneg("round-retries", self.round_retries)
         _nonneg("federated-eval-every", self.federated_eval_every)
+        _nonneg("federated-eval-clients", self.federated_eval_clients)
         _nonneg("min-partition-size", self.min_partition_size)
         _in_open_unit("fraction-train", self.fraction_train, allow_one=True)
         _in_open_unit("local-test-fraction", self.local_test_fraction)

@@ -45,7 +45,8 @@ def build_strategy(cfg: RunConfig) -> FLStrategy:
 
 
 def client_eval_summary(per_client: dict[int, dict], strategy: FLStrategy) -> dict[str, Any]:
-    """Fairness of the global model over all clients that answered: spread + min/max-data client."""
+    """Fairness of the global model over the clients that answered (all, or the federated-eval-clients
+    sample): spread + min/max-data client."""
     if not per_client:
         return {}
     accs = {cid: float(m["accuracy"]) for cid, m in per_client.items()}
@@ -58,7 +59,7 @@ def client_eval_summary(per_client: dict[int, dict], strategy: FLStrategy) -> di
             "client_accuracy_worst": s["worst"], "client_accuracy_std": s["std"],
             "min_data_client": min_cid, "min_data_client_accuracy": accs[min_cid],
             "max_data_client": max_cid, "max_data_client_accuracy": accs[max_cid],
-            "per_client": {str(c): a for c, a in sorted(accs.items())}}
+            "num_evaluated": len(accs), "per_client": {str(c): a for c, a in sorted(accs.items())}}
 
 
 def round_row(server_round: int, outcome: RoundOutcome, g_loss: float, g_acc: float, wall: float) -> dict[str, Any]:

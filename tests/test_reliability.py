@@ -121,3 +121,30 @@ def test_impossible_partition_names_the_setting(tmp_path):
     c = cfg(tmp_path, partition="classes", **{"classes-per-client": 2, "samples-per-class": 500})
     with pytest.raises(RoundFailed, match="samples-per-class"):
         run_federation(FakeGrid(4), c)
+
+
+def test_federated_eval_clients_evaluates_a_fixed_seeded_sample(tmp_path):
+    grid = FakeGrid(6)
+    doc = run_federation(grid, cfg(tmp_path, **{"federated-eval-clients": 3, "num-server-rounds": 3}))
+    evaluated = [sorted(int(c) for c in r["per_client"]) for r in doc["rounds"]]
+    assert all(len(e) == 3 and r["num_evaluated"] == 3 for e, r in zip(evaluated, doc["rounds"]))
+    assert evaluated[0] == evaluated[1] == evaluated[2]  # the same clients at every evaluation
+    sent_to = {grid.node_ids.index(m.metadata.dst_node_id) for m in grid.sent if m.metadata.message_type == "evaluate"}
+    assert sent_to == set(evaluated[0])  # the others were never asked
+
+
+def test_federated_eval_sample_is_stable_as_clients_join_and_depends_on_the_seed():
+    from strategies.base import ClientInfo, FLStrategy
+
+    def pick(seed, n, m):
+        s = FLStrategy(RunConfig.from_dict(resolve_run_config({"seed": seed, "federated-eval-clients": m})))
+        for c in range(n):
+            s.clients[c] = ClientInfo(c, 1000 + c, 10, [1] * 10)
+        return s.federated_eval_cids()
+
+    assert pick(0, 50, 0) == list(range(50)) and pick(0, 5, 10) == list(range(5))  # 0 or M >= N: everyone
+    small, grown = pick(0, 50, 10), pick(0, 60, 10)
+    assert len(small) == 10 and small == sorted(small)
+    # a joining client only enters the sample by displacing one: at most 10 new clients among 10
+    assert len(set(grown) - set(small)) <= len(set(grown) - set(range(50)))
+    assert pick(1, 50, 10) != small
