@@ -157,8 +157,8 @@ def section_overhead(docs: list[tuple[str, dict[str, Any] | None]], engine: dict
             diff = c1["flower.cpu_per_round_s"]["median"] - c1["inprocess.cpu_per_round_s"]["median"]
             out += [f"Where Flower's extra CPU goes (1 worker): {f(diff, 2)} s per round more than the in-process "
                     f"driver. Ray's daemons alone burn {f(idle, 3)} CPU s per wall second (section 3), i.e. "
-                    f"{f(idle * wall, 2)} s over the median Flower round of {f(wall, 2)} s wall (rounds are stretched by "
-                    "the machine's load, and this part with them); the rest is per message: Ray serializes each "
+                    f"{f(idle * wall, 2)} s over the median Flower round of {f(wall, 2)} s wall (a cost per wall second: "
+                    "it grows when other jobs stretch the rounds); the rest is per message: Ray serializes each "
                     "message into its object store and back, the actor deserializes it, plus the engine's polling "
                     "threads.", ""]
         out += [f"Identical global accuracy in every round across the three variants: **{'yes' if ident else 'NO'}**. "
@@ -580,7 +580,7 @@ def section_summary(ov: dict | None, ovs: dict | None, scale: dict | None, engin
     out += gne_summary(gne)
     out.append("- GPU: not measured (no GPU on this machine); device selection and GPU memory behaviour are "
                "documented from the code in section 5.")
-    out += ["", "Measured on a 2-core machine shared with other engineers' experiments (load averages of 8-60 were common while these ran): wall times are stretched several-fold and noisy, so every comparison "
+    out += ["", "Measured on a 2-core machine. Sections 1 and 4 were measured with the machine otherwise idle; the others while it was shared with other experiments (load averages of 8-60; every benchmark line gives its load average at start), which stretches wall times several-fold and makes them noisy. So every comparison "
             "is a ratio of two measurements taken minutes apart in the same run, repeated, with the spread shown, "
             "and CPU time of the whole process tree (which counts only this run's work) is reported next to wall "
             "time. Read the wall-time columns as upper bounds.", ""]
