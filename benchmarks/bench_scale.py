@@ -133,7 +133,7 @@ def main() -> None:
         r = one_run(n, args.sampled, args.rounds, args.workers, args.federated_eval_clients)
         runs.append(r)
         print(f"[N={n:5d}, K={args.sampled}] registration {r['register_exchange_s']:.1f}s | per round "
-              f"{r['per_round_s']:.2f}s wall {r['cpu_per_round_s']:.2f}s cpu | fed-eval of all clients "
+              f"{r['per_round_s']:.2f}s wall {r['cpu_per_round_s']:.2f}s cpu | fed-eval of {r['num_evaluated']} clients "
               f"+{r['fed_eval_extra_s']:.1f}s wall +{r['fed_eval_extra_cpu_s']:.1f}s cpu "
               f"({r['fed_eval_bytes_sent'] / 2**20:.0f} MiB sent) | peak MiB driver/tree: train "
               f"{r['memory_train_rounds']['driver_mib']:.0f}/{r['memory_train_rounds']['tree_mib']:.0f}, eval "
