@@ -105,6 +105,10 @@ def run_federation(grid: Grid, cfg: RunConfig) -> dict[str, Any]:
         load_params(model, params)
         g_loss, g_acc = evaluate(model, x_test, y_test)
         row = round_row(rnd, outcome, g_loss, g_acc, 0.0)
+        registration = [f.as_dict() for f in strategy.drain_register_failures()]
+        if registration:  # nodes that could not register since the last round (asked again with back-off)
+            row["failures"] = registration + row["failures"]
+            row["num_failures"] = len(row["failures"])
         every = cfg.federated_eval_every
         if every and (rnd % every == 0 or rnd == cfg.num_server_rounds):
             per_client, failures = strategy.federated_evaluate(grid, rnd, params)

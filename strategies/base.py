@@ -78,6 +78,9 @@ class FLStrategy(Strategy):
         self.clients: dict[int, ClientInfo] = {}
         self.rng = np.random.default_rng(cfg.seed)
         self.client_accuracy: dict[int, float] = {}  # last local accuracy each client reported
+        # nodes whose registration failed: node id -> (failed attempts, first round to ask again)
+        self.register_backoff: dict[int, tuple[int, int]] = {}
+        self.register_failures: list[Failure] = []  # not yet reported in a round's results (drained)
 
     # ============================================================================ hooks for methods
     def client_config(self, server_round: int, cid: int) -> dict[str, Any]:
@@ -107,17 +110,24 @@ class FLStrategy(Strategy):
         return sorted(int(c) for c in self.rng.choice(ids, size=n, replace=False))
 
     # ============================================================================ client registry
-    def refresh_clients(self, grid: Grid, wait: bool = True) -> None:
-        """Ask every node we do not know yet for its stable client id, data size and class counts."""
+    def refresh_clients(self, grid: Grid, wait: bool = True, server_round: int = 0) -> None:
+        """Ask every node we do not know yet for its stable client id, data size and class counts.
+
+        A node whose registration fails (its ClientApp raised, e.g. on a bad partition-id; no answer; lost)
+        is recorded in ``register_failures`` and asked again only after 1, 2, 4, ... rounds (at most 64), so
+        a broken or hung node does not cost a registration exchange - up to round-timeout - every round.
+        """
         deadline = time.time() + self.cfg.round_timeout
         while True:
             node_ids = [int(n) for n in grid.get_node_ids()]
             known = {info.node_id for info in self.clients.values()}
-            new = [n for n in node_ids if n not in known]
+            new = [n for n in node_ids if n not in known
+                   and self.register_backoff.get(n, (0, 0))[1] <= server_round]
             if new:
                 sends = {-(i + 1): (n, self._base_content(0)) for i, n in enumerate(new)}
-                res = exchange(grid, sends, "query", self.cfg.round_timeout, 0, phase="register",
+                res = exchange(grid, sends, "query", self.cfg.round_timeout, server_round, phase="register",
                                poll=self.cfg.reply_poll_interval)
+                self._note_register_failures(res, {key: n for key, (n, _) in sends.items()}, server_round)
                 errors = [f for f in res.failures if f.kind == "error"]
                 if errors and len(self.clients) + len(res.replies) < max(self.cfg.min_train_nodes, 1):
                     raise RoundFailed("client registration failed on %d node(s): %s" % (
@@ -125,8 +135,9 @@ class FLStrategy(Strategy):
                 for reply in res.replies.values():
                     info = reply.content["info"]
                     cid = int(info["cid"])
-                    self.clients[cid] = ClientInfo(cid, int(reply.metadata.src_node_id),
-                                                   int(info["num-examples"]), list(info["class-counts"]))
+                    node = int(reply.metadata.src_node_id)
+                    self.clients[cid] = ClientInfo(cid, node, int(info["num-examples"]), list(info["class-counts"]))
+                    self.register_backoff.pop(node, None)
             if not wait or len(self.clients) >= max(self.cfg.min_train_nodes, 1):
                 return
             if time.time() > deadline:
@@ -134,6 +145,20 @@ class FLStrategy(Strategy):
                     f"only {len(self.clients)} client(s) registered within round-timeout={self.cfg.round_timeout}s; "
                     f"min-train-nodes={self.cfg.min_train_nodes}")
             time.sleep(1.0)
+
+    def _note_register_failures(self, res: ExchangeResult, node_of: dict[int, int], server_round: int) -> None:
+        for f in res.failures:
+            node = node_of[f.cid]
+            tries = self.register_backoff.get(node, (0, 0))[0] + 1
+            retry = server_round + 2 ** min(tries - 1, 6)
+            self.register_backoff[node] = (tries, retry)
+            self.register_failures.append(Failure(
+                -1, "register", f.kind, f"node {node}: {f.reason} (attempt {tries}; asked again in round {retry})"))
+
+    def drain_register_failures(self) -> list[Failure]:
+        """Registration failures since the last call (the round driver puts them in the round's results)."""
+        out, self.register_failures = self.register_failures, []
+        return out
 
     def forget_node(self, cid: int) -> None:
         """Drop the node behind ``cid`` so it re-registers (possibly under a new node id)."""
@@ -200,7 +225,7 @@ class FLStrategy(Strategy):
     # ============================================================================ one round
     def train_round(self, grid: Grid, server_round: int, params: Params) -> RoundOutcome:
         """Sample, send, collect, validate, aggregate; retry with a new sample if too few updates arrive."""
-        self.refresh_clients(grid)
+        self.refresh_clients(grid, server_round=server_round)
         failures: list[Failure] = []
         sent = received = 0
         for attempt in range(self.cfg.round_retries + 1):
@@ -220,7 +245,7 @@ class FLStrategy(Strategy):
                 return RoundOutcome(new_params, updates, sampled, failures, sent, received)
             log.warning("round %s attempt %s: %s usable update(s), need %s", server_round, attempt + 1,
                         len(updates), need)
-            self.refresh_clients(grid, wait=False)
+            self.refresh_clients(grid, wait=False, server_round=server_round)
         reasons = "; ".join(f"client {f.cid}: {f.kind} ({f.reason})" for f in failures[-10:])
         raise RoundFailed(f"round {server_round}: fewer than min-train-replies={self.cfg.min_train_replies} "
                           f"usable updates after {self.cfg.round_retries + 1} attempt(s). Failures: {reasons}")
@@ -264,7 +289,7 @@ class FLStrategy(Strategy):
     # flwr Strategy, usable with Strategy.start() for single-exchange methods (no retries there).
     def configure_train(self, server_round: int, arrays: ArrayRecord, config: ConfigRecord,
                         grid: Grid) -> Iterable[Message]:
-        self.refresh_clients(grid)
+        self.refresh_clients(grid, server_round=server_round)
         self._round_params = record_to_params(arrays)
         return [Message(self.train_content(server_round, cid, self._round_params, dict(config)),
                         dst_node_id=self.clients[cid].node_id, message_type="train")

@@ -156,7 +156,7 @@ class FedUFOStrategy(FLStrategy):
     def train_round(self, grid: Grid, server_round: int, params: Params) -> RoundOutcome:
         stage = self.stage(server_round)
         self._info = {"fedufo-stage": stage, "fedufo-relay": 0}
-        self.refresh_clients(grid)
+        self.refresh_clients(grid, server_round=server_round)
         self._check_ids()
         if needs_relay(stage, self.ufo):
             outcome = self._relay_round(grid, server_round, params)
@@ -203,7 +203,7 @@ class FedUFOStrategy(FLStrategy):
                                     sent, received)
             log.warning("round %s attempt %s: %s prior(s), %s posterior(s), need %s", server_round, attempt + 1,
                         len(priors), len(updates), need)
-            self.refresh_clients(grid, wait=False)
+            self.refresh_clients(grid, wait=False, server_round=server_round)
         reasons = "; ".join(f"client {f.cid}: {f.phase} {f.kind} ({f.reason})" for f in failures[-10:])
         raise RoundFailed(f"round {server_round}: fewer than min-train-replies={self.cfg.min_train_replies} "
                           f"usable posterior models after {self.cfg.round_retries + 1} attempt(s). Failures: {reasons}")

@@ -148,3 +148,16 @@ def test_federated_eval_sample_is_stable_as_clients_join_and_depends_on_the_seed
     # a joining client only enters the sample by displacing one: at most 10 new clients among 10
     assert len(set(grown) - set(small)) <= len(set(grown) - set(range(50)))
     assert pick(1, 50, 10) != small
+
+
+def test_a_node_that_cannot_register_is_recorded_and_asked_again_with_back_off(tmp_path):
+    grid = FakeGrid(4, {3: "raise"}, behaviour_phases=("query",))  # its ClientApp fails at registration
+    doc = run_federation(grid, cfg(tmp_path, **{"num-server-rounds": 4}))
+    queries = [m.metadata.group_id for m in grid.sent
+               if m.metadata.message_type == "query" and m.metadata.dst_node_id == grid.node_ids[3]]
+    assert queries == ["0", "1", "3"]  # start-up, then after 1 and 2 more rounds (not every round)
+    reg = {r["round"]: [f for f in r["failures"] if f["phase"] == "register"] for r in doc["rounds"]}
+    assert [len(reg[r]) for r in (1, 2, 3, 4)] == [2, 0, 1, 0]  # start-up + round 1 reported in round 1
+    assert "crashed on purpose" in reg[1][0]["reason"] and f"node {grid.node_ids[3]}" in reg[1][0]["reason"]
+    assert all(3 not in r["sampled"] for r in doc["rounds"])  # the other three clients carry on
+    assert doc["final"]["global_accuracy"] is not None
