@@ -382,3 +382,27 @@ def test_tls_with_supernode_authentication_refuses_unregistered_node(tmp_path: P
         _assert_clean_rounds(res.doc, 1, [0, 1])
     finally:
         fed.stop()
+
+
+@pytest.mark.slow
+def test_a_node_whose_clientapp_raises_is_recorded_and_the_run_goes_on(tmp_path: Path) -> None:
+    """A SuperNode whose ClientApp raises on every message (its node-config points at a data file that does
+    not exist): its registration fails with the reason, it is asked again with back-off, and the other two
+    nodes train both rounds."""
+    write_node_files(tmp_path / "node-data", 2, COMMON)
+    node_cfg = [f"client-id={i} data-path='{tmp_path / 'node-data' / f'client-{i}.npz'}'" for i in range(2)]
+    node_cfg.append(f"client-id=2 data-path='{tmp_path / 'node-data' / 'missing.npz'}'")
+    fed = LocalFederation(tmp_path / "fed", 3, tuned=True, node_configs=node_cfg, app_dir=snapshot_app(tmp_path / "app"))
+    try:
+        fed.start()
+        fed.wait_connected()
+        res = fed.run({**COMMON, "method": "fedavg", "num-server-rounds": 2, "out-dir": str(tmp_path / "out"),
+                       "round-timeout": 120.0, "min-train-nodes": 2}, timeout=300, name="bad-node")
+    finally:
+        fed.stop()
+    assert res.status == "finished:completed", res.output[-3000:]
+    rounds = res.doc["rounds"]
+    assert [r["sampled"] for r in rounds] == [[0, 1], [0, 1]] and all(r["num_updates"] == 2 for r in rounds)
+    register = [f for r in rounds for f in r["failures"] if f["phase"] == "register"]
+    # start-up and round 1 (asked again after one round); round 2 skipped by the back-off
+    assert len(register) == 2 and all(f["kind"] == "error" and "missing.npz" in f["reason"] for f in register)
