@@ -4,7 +4,8 @@
    ``federated-eval-every`` rounds; the registration query is the same shape without parameters) and
    with the K sampled clients of a training round: peak traced memory and CPU, with the shared
    parameter record (current code) and without it (the code before the fix), N = 10, 100, 1000.
-2. The client registry (strategy.clients) and the per-round refresh_clients() check.
+2. The client registry (strategy.clients) and the per-round refresh_clients() check; what Flower's
+   simulation keeps per registered node (SuperLink node record, the node's Context).
 3. One polling cycle of Flower's simulation engine with N registered nodes and P pending messages
    (Flower's own code; O(N x P)): the cost every 0.1 s while any exchange is in flight.
 4. The CPU an idle Ray burns per second (its daemons), paid for every second a simulation runs.
@@ -20,7 +21,8 @@ import os
 
 os.environ.setdefault("OMP_NUM_THREADS", "1")
 
-from benchmarks.engine_costs import engine_poll_cost, ray_idle_cpu, registry_cost, server_exchange_cost  # noqa: E402
+from benchmarks.engine_costs import (engine_poll_cost, flower_node_state_cost, ray_idle_cpu,  # noqa: E402
+                                     registry_cost, server_exchange_cost)
 from benchmarks.harness import machine, write_result  # noqa: E402
 
 
@@ -56,10 +58,18 @@ def main() -> None:
         registry.append(r)
         print(f"[registry] N={n:5d}: {r['registry_mib']:.3f} MiB, refresh with all nodes known "
               f"{r['refresh_known_cpu_ms']:.2f} ms cpu per round", flush=True)
+    from flcore.config import load_defaults
+
+    node_state = []
+    for n in args.clients:
+        r = flower_node_state_cost(n, load_defaults())
+        node_state.append(r)
+        print(f"[flower] N={n:5d}: {r['linkstate_kib_per_node']:.2f} KiB per node in the SuperLink state, "
+              f"{r['context_kib_per_node']:.2f} KiB per node Context (full run config)", flush=True)
     idle = ray_idle_cpu(20.0)
     print(f"[ray] idle Ray (2 CPUs, no dashboard): {idle['cpu_per_wall_s']:.3f} CPU s per wall s", flush=True)
     path = write_result("engine", {"machine": machine(), "args": vars(args), "exchange": exchange, "poll": poll,
-                                   "registry": registry, "ray_idle": idle})
+                                   "registry": registry, "node_state": node_state, "ray_idle": idle})
     print(f"wrote {path}")
 
 

@@ -14,10 +14,11 @@ state and grid classes with N registered nodes and ``pending`` small messages.
 
 from __future__ import annotations
 
+import contextlib
 import time
 import tracemalloc
 from collections import OrderedDict
-from typing import Iterable
+from typing import Any, Iterable, Iterator
 
 from flwr.app import ConfigRecord, Message, RecordDict
 from flwr.supercore.task_identity import TaskIdentity
@@ -106,14 +107,14 @@ def _train_sends(strategy, grid: CaptureGrid, params, sampled: int) -> None:
     exchange(grid, sends, "train", 0.0, 1)
 
 
-def engine_poll_cost(num_nodes: int, pending: int) -> dict[str, float]:
-    """CPU ms of one extractor cycle of Flower's simulation engine (first: delivers; later: nothing new)."""
-    from flwr.server.superlink.fleet.vce.vce_api import _register_nodes
+@contextlib.contextmanager
+def flower_run_state() -> Iterator[tuple[Any, Any, Any]]:
+    """(state factory, in-memory SuperLink state, run) for one empty run, as Flower's simulation sets them
+    up, with the task identity of the SuperLink (node 1) set while inside."""
     from flwr.server.superlink.linkstate import LinkStateFactory
     from flwr.server.superlink.linkstate.in_memory_linkstate import RunRecord, Task
     from flwr.simulation.run_simulation import NOOP_FEDERATION_ID
     from flwr.superlink.federation import NoOpFederationManager
-    from flwr.superlink.grid.inmemory_grid import InMemoryGrid
     from flwr.supercore.constant import FLWR_IN_MEMORY_DB_NAME
     from flwr.supercore.object_store import ObjectStoreFactory
     from flwr.supercore.run import Run
@@ -127,6 +128,17 @@ def engine_poll_cost(num_nodes: int, pending: int) -> dict[str, float]:
         state = factory.state()
         state.run_ids[1] = RunRecord(run=run)
         state.task_store[7] = Task(task_id=7, run_id=1)
+        yield factory, state, run
+    finally:
+        TaskIdentity._run_id, TaskIdentity._task_id, TaskIdentity._node_id = saved
+
+
+def engine_poll_cost(num_nodes: int, pending: int) -> dict[str, float]:
+    """CPU ms of one extractor cycle of Flower's simulation engine (first: delivers; later: nothing new)."""
+    from flwr.server.superlink.fleet.vce.vce_api import _register_nodes
+    from flwr.superlink.grid.inmemory_grid import InMemoryGrid
+
+    with flower_run_state() as (factory, state, run):
         nodes = list(_register_nodes(num_nodes, factory))
         grid = InMemoryGrid(state_factory=factory)
         grid.set_run(run)
@@ -138,9 +150,27 @@ def engine_poll_cost(num_nodes: int, pending: int) -> dict[str, float]:
             for node in nodes:  # what add_messages_to_queue does every 0.1 s
                 state.get_message_ins(node_id=node, limit=1)
             cycles.append((time.process_time() - c) * 1e3)
-    finally:
-        TaskIdentity._run_id, TaskIdentity._task_id, TaskIdentity._node_id = saved
     return {"nodes": num_nodes, "pending": pending, "first_cycle_cpu_ms": cycles[0], "later_cycle_cpu_ms": cycles[1]}
+
+
+def flower_node_state_cost(num_nodes: int, run_config: dict | None = None) -> dict[str, float]:
+    """Traced KiB per node of what Flower's simulation keeps for every registered node for the whole run:
+    the node record in the in-memory SuperLink state (``_register_nodes``, as the engine calls it) and the
+    node's ``Context`` (node config, state, run config) that the engine holds for it."""
+    from flwr.app import Context
+    from flwr.server.superlink.fleet.vce.vce_api import _register_nodes
+
+    with flower_run_state() as (factory, _, _):
+        tracemalloc.start()
+        nodes = list(_register_nodes(num_nodes, factory))
+        linkstate = tracemalloc.get_traced_memory()[0]
+        contexts = [Context(run_id=1, node_id=n, node_config={"partition-id": i, "num-partitions": num_nodes},
+                            state=RecordDict(), run_config=dict(run_config or {})) for i, n in enumerate(nodes)]
+        total = tracemalloc.get_traced_memory()[0]
+        tracemalloc.stop()
+        del contexts
+    return {"nodes": num_nodes, "linkstate_kib_per_node": linkstate / num_nodes / 1024,
+            "context_kib_per_node": (total - linkstate) / num_nodes / 1024}
 
 
 def ray_idle_cpu(seconds: float = 20.0, num_cpus: int = 2) -> dict[str, float]:

@@ -407,8 +407,8 @@ def section_scale(doc: dict[str, Any] | None, engine: dict[str, Any] | None,
             out += ["", f"(The sampled run: load average {f(sample['runs'][0]['loadavg_after'][0], 1)} after it; "
                     "the all-client row is the main table's run. Compare the CPU columns.)", ""]
         loads = [f(r["loadavg_after"][0], 1) for r in doc["runs"]]
-        out += [f"Load average after each run: {', '.join(loads)}. Wall times here are stretched by the other "
-                f"jobs on the machine; the CPU-time measurements below are the steadier evidence.", ""]
+        out += [f"Load average after each run: {', '.join(loads)} (on 2 CPUs). CPU times count only this run's "
+                f"work; wall times also stretch with other jobs on the machine.", ""]
     out += ["### Where the cost of N comes from (in-process, CPU time)", ""]
     if engine is None:
         out += ["*Not measured (no benchmarks/results/engine.json).*", ""]
@@ -431,6 +431,16 @@ def section_scale(doc: dict[str, Any] | None, engine: dict[str, Any] | None,
         out += ["**Client registry** (`strategy.clients`: stable id, node id, size and class counts per client, plus "
                 "the last reported accuracy), and the `refresh_clients()` check every round pays once all nodes are "
                 f"known (one `get_node_ids()` and a set difference): {regs}. Linear in N but negligible.", ""]
+    if engine.get("node_state"):
+        ns = ", ".join(f"N = {r['nodes']}: {f(r['linkstate_kib_per_node'] + r['context_kib_per_node'], 1)} KiB"
+                       for r in engine["node_state"])
+        out += ["**Flower's per-node state** for the whole run (the node record in the in-memory SuperLink state and "
+                f"the node's `Context` with the full run config), per registered node: {ns}. With the registry "
+                "above, what is *kept* per client is a few KiB. The larger per-client slope of the peaks in the "
+                "table above (~0.1-0.2 MiB) must then come from the exchanges with all N clients (registration, "
+                "federated evaluation: N messages in flight at once); our reading, not measured directly, is a "
+                "high-water mark that CPython's allocator keeps for the rest of the process. "
+                "`federated-eval-clients` bounds the second; the registration happens once.", ""]
     if engine.get("ray_idle"):
         ri = engine["ray_idle"]
         out += [f"**Ray's daemons** (GCS, raylet, monitors) burn {f(ri['cpu_per_wall_s'], 3)} CPU seconds per wall "
@@ -553,7 +563,9 @@ def section_summary(ov: dict | None, ovs: dict | None, scale: dict | None, engin
                        f"{', '.join(f(runs[n]['memory_train_rounds']['tree_mib'], 0) for n in ns)} MiB, of the driver in "
                        f"the round that evaluates all N clients "
                        f"{', '.join(f(runs[n]['memory_eval_round']['driver_mib'], 0) for n in ns)} MiB: flat (log-log "
-                       f"slopes {f(tr['loglog_slope'], 2)} and {f(ev['loglog_slope'], 2)}; 0 = flat, 1 = linear).")
+                       f"slopes {f(tr['loglog_slope'], 2)} and {f(ev['loglog_slope'], 2)}; 0 = flat, 1 = linear), "
+                       f"with {f(tr['mib_per_client'], 2)} MiB per extra registered client in the tree, while the state "
+                       f"kept per client is a few KiB (section 3: the all-client exchanges' peak).")
         if before is not None:
             b = {r["clients"]: r for r in before["runs"]}
             for n in sorted(b):
@@ -569,7 +581,7 @@ def section_summary(ov: dict | None, ovs: dict | None, scale: dict | None, engin
                        f"the federated evaluation of all N clients adds "
                        f"{', '.join(f(runs[n]['fed_eval_extra_cpu_s'], 1) for n in ns)} s CPU: superlinear, because "
                        f"Flower's simulation engine scans every stored message for every node every 0.1 s (section 3). "
-                       f"For large N keep `federated-eval-every` large.")
+                       f"For large N evaluate a sample (`federated-eval-clients`) or less often (`federated-eval-every`).")
     elif engine is not None:
         out.extend(_exchange_fix_line(engine))
     if methods is not None:
@@ -591,7 +603,7 @@ def section_summary(ov: dict | None, ovs: dict | None, scale: dict | None, engin
     out += gne_summary(gne)
     out.append("- GPU: not measured (no GPU on this machine); device selection and GPU memory behaviour are "
                "documented from the code in section 5.")
-    out += ["", "Measured on a 2-core machine. Sections 1 and 4 were measured with the machine otherwise idle; the others while it was shared with other experiments (load averages of 8-60; every benchmark line gives its load average at start), which stretches wall times several-fold and makes them noisy. So every comparison "
+    out += ["", "Measured on a 2-core machine, partly while it was shared with other experiments: every benchmark line gives the load average at its start, and where it is well above 2 the wall times are stretched and noisy. So every comparison "
             "is a ratio of two measurements taken minutes apart in the same run, repeated, with the spread shown, "
             "and CPU time of the whole process tree (which counts only this run's work) is reported next to wall "
             "time. Read the wall-time columns as upper bounds.", ""]
