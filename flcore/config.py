@@ -21,6 +21,7 @@ PARTITIONS = ("iid", "dirichlet", "shards", "classes", "power-law", "natural")
 MODELS = ("auto", "logistic", "mlp", "convnet", "vgg11", "resnet18")
 HEADS = ("linear", "etf")
 DEVICES = ("auto", "cpu", "cuda")
+ENGINES = ("inprocess", "ray")
 
 
 class ConfigError(ValueError):
@@ -43,6 +44,8 @@ class RunConfig:
     checkpoint: bool = True
     client_state_dir: str = ""
     device: str = "auto"
+    engine: str = "inprocess"
+    engine_workers: int = 1
     dataset: str = "mnist-5k"
     data_root: str = "data"
     download: bool = False
@@ -115,6 +118,8 @@ class RunConfig:
         _choice("model", self.model, MODELS)
         _choice("head", self.head, HEADS)
         _choice("device", self.device, DEVICES)
+        _choice("engine", self.engine, ENGINES)
+        _positive("engine-workers", self.engine_workers)
         _positive("num-server-rounds", self.num_server_rounds)
         _positive("local-epochs", self.local_epochs)
         _positive("batch-size", self.batch_size)
