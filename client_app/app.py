@@ -73,7 +73,7 @@ def _data_key(cfg: RunConfig) -> tuple:
 
 @functools.lru_cache(maxsize=64)
 def _cached_arrays(key: tuple, cid: int, num_partitions: int, data_path: str, cfg_items: tuple) -> ClientArrays:
-    cfg = RunConfig.from_dict(dict(cfg_items))
+    cfg = _parsed(cfg_items)
     if data_path:
         return node_arrays(data_path, cfg.local_test_fraction, cfg.seed + cid)
     return client_arrays(cfg, cid, num_partitions)
@@ -89,10 +89,16 @@ def load_client_data(cfg: RunConfig, node_config: dict, device: torch.device) ->
     return cid, ClientData(t(arr.x_train), t(arr.y_train), t(arr.x_test), t(arr.y_test), arr.num_classes)
 
 
-def _config(msg: Message) -> RunConfig:
-    if "run_config" not in msg.content:
-        raise ClientSetupError("message carries no 'run_config' record (is the ServerApp this project's?)")
-    return RunConfig.from_dict(dict(msg.content["run_config"]))
+@functools.lru_cache(maxsize=8)
+def _parsed(items: tuple) -> RunConfig:
+    return RunConfig.from_dict(dict(items), complete=True)
+
+
+def _config(msg: Message, context: Context) -> RunConfig:
+    """The run config the server sent (record "run_config", every key, validated by the server), parsed once
+    per process; a message without it (e.g. from Flower's stock FedAvg) uses the run config of the Context."""
+    values = msg.content["run_config"] if "run_config" in msg.content else context.run_config
+    return _parsed(tuple(sorted(dict(values).items())))
 
 
 def _generator(cfg: RunConfig, server_round: int, cid: int, phase: str) -> torch.Generator:
@@ -109,14 +115,14 @@ def _model(cfg: RunConfig, data: ClientData, device: torch.device, params: dict)
 
 @app.query()
 def query(msg: Message, context: Context) -> Message:
-    cfg = _config(msg)
+    cfg = _config(msg, context)
     cid, data = load_client_data(cfg, dict(context.node_config), torch.device("cpu"))
     info = {"cid": cid, "num-examples": data.num_train, "class-counts": data.class_counts()}
     return Message(RecordDict({"info": config_to_record(info)}), reply_to=msg)
 
 
 def _train(msg: Message, context: Context) -> Message:
-    cfg = _config(msg)
+    cfg = _config(msg, context)
     device = pick_device(cfg)
     cid, data = load_client_data(cfg, dict(context.node_config), device)
     config = dict(msg.content["config"])
@@ -157,7 +163,7 @@ def train_posterior(msg: Message, context: Context) -> Message:
 
 @app.evaluate()
 def evaluate(msg: Message, context: Context) -> Message:
-    cfg = _config(msg)
+    cfg = _config(msg, context)
     device = pick_device(cfg)
     cid, data = load_client_data(cfg, dict(context.node_config), device)
     model = _model(cfg, data, device, record_to_params(msg.content["arrays"]))

@@ -19,6 +19,8 @@ from typing import Callable, Iterator, Sequence
 
 import torch
 from torch import nn
+
+from models.evaluation import evaluate  # noqa: F401 - the loop's evaluation, shared with the server
 import torch.nn.functional as F
 
 Forward = Callable[[nn.Module, torch.Tensor, torch.Tensor], tuple[torch.Tensor, torch.Tensor]]
@@ -145,19 +147,3 @@ def local_train(model: nn.Module, x: torch.Tensor, y: torch.Tensor, cfg: OptimCo
     for term in terms:
         term.end(model)
     return stats
-
-
-@torch.no_grad()
-def evaluate(model: nn.Module, x: torch.Tensor, y: torch.Tensor, batch_size: int = 512,
-             forward: Callable[[nn.Module, torch.Tensor], torch.Tensor] | None = None) -> tuple[float, float]:
-    """(mean cross-entropy loss, accuracy) of ``model`` on (x, y)."""
-    model.eval()
-    n = int(x.shape[0])
-    if n == 0:
-        return float("nan"), float("nan")
-    loss_sum, correct = 0.0, 0
-    for xb, yb in minibatches(x, y, batch_size, None, shuffle=False):
-        logits = forward(model, xb) if forward is not None else model(xb)
-        loss_sum += float(F.cross_entropy(logits, yb, reduction="sum"))
-        correct += int((logits.argmax(1) == yb).sum())
-    return loss_sum / n, correct / n

@@ -1,19 +1,25 @@
-"""Typed, validated view of the run config shared by every method.
+"""The run config: the common keys (flat) and every method's section (``<method>.<key>``), parsed once.
 
-Flower hands the run config over as a flat ``dict`` with kebab-case keys (``[tool.flwr.app.config]`` in
-pyproject.toml, overridden with ``flwr run . local -c "key=value"``). :class:`RunConfig` turns it into a
-frozen dataclass and rejects bad values *before the first round*, naming the key and what is allowed.
-Method-specific keys stay in :attr:`RunConfig.raw`; each method parses them with its own dataclass via
-:func:`method_config`.
+Flower hands the run config over as a flat ``dict`` (``[tool.flwr.app.config]`` of pyproject.toml, nested
+tables flattened to dotted keys, overridden with ``-c "key=value"``). :meth:`RunConfig.from_dict` turns it
+into typed, validated values *before any engine or round starts*: unknown keys are refused with the closest
+known key (or the new name of a renamed one), every value is checked against the bounds declared on its
+field (flcore/schema.py), and each method's section is parsed from the registry's declarations.
+The declarations are the only home of the defaults: pyproject.toml's tables are generated from them
+(``python -m flcore.pyproject``), and a test checks that the two agree.
 """
 
 from __future__ import annotations
 
-import dataclasses
-import tomllib
+import difflib
 from dataclasses import dataclass, field, fields
 from pathlib import Path
 from typing import Any, Mapping, TypeVar
+
+from flcore.schema import ConfigError, KeySpec, Section, check_bounds, coerce, param
+
+__all__ = ["ConfigError", "RunConfig", "resolve_run_config", "all_specs", "DATASETS", "PARTITIONS", "MODELS",
+           "HEADS", "DEVICES", "ENGINES"]
 
 DATASETS = ("mnist", "fmnist", "emnist-letters", "cifar10", "cifar100", "mnist-5k", "digits",
             "synthetic", "rotated-mnist")
@@ -23,226 +29,183 @@ HEADS = ("linear", "etf")
 DEVICES = ("auto", "cpu", "cuda")
 ENGINES = ("inprocess", "ray")
 
-
-class ConfigError(ValueError):
-    """A run-config value is missing, of the wrong type or out of range."""
-
-
-def _kebab(name: str) -> str:
-    return name.replace("_", "-")
+S = TypeVar("S", bound=Section)
 
 
 @dataclass(frozen=True)
-class RunConfig:
-    """Common run-config keys (see pyproject.toml for the defaults a run starts from)."""
+class CommonConfig(Section):
+    """The common keys: run, data, model, local training, sampling/evaluation/failures."""
 
-    method: str = "fedavg"
-    seed: int = 0
-    num_server_rounds: int = 10
-    out_dir: str = "runs/latest"
-    resume_from: str = ""
-    checkpoint: bool = True
-    client_state_dir: str = ""
-    device: str = "auto"
-    engine: str = "inprocess"
-    engine_workers: int = 1
-    dataset: str = "mnist-5k"
-    data_root: str = "data"
-    download: bool = False
-    partition: str = "dirichlet"
-    dirichlet_alpha: float = 0.5
-    shards_per_client: int = 2
-    classes_per_client: int = 2
-    samples_per_class: int = 20
-    power_law_exponent: float = 1.5
-    min_partition_size: int = 4
-    local_test_fraction: float = 0.25
-    global_test_fraction: float = 0.2
-    synthetic_alpha: float = 1.0
-    synthetic_beta: float = 1.0
-    rotation_step_deg: float = 15.0
-    model: str = "auto"
-    head: str = "linear"
-    etf_scale: float = 1.0
-    local_epochs: int = 1
-    batch_size: int = 32
-    lr: float = 0.05
-    momentum: float = 0.0
-    weight_decay: float = 0.0
-    max_local_steps: int = 0
-    fraction_train: float = 1.0
-    min_train_nodes: int = 2
-    min_train_replies: int = 1
-    round_timeout: float = 600.0
-    reply_poll_interval: float = 0.1
-    round_retries: int = 1
-    max_update_norm: float = 1000.0
-    federated_eval_every: int = 1
-    federated_eval_clients: int = 0
-    target_accuracy: float = 0.8
-    raw: Mapping[str, Any] = field(default_factory=dict, compare=False, repr=False)
+    # --- run
+    method: str = param("fedavg", "the FL method (`noniid-fl methods` lists them)")
+    seed: int = param(0, "seed of data split, partitions, sampling and model init", ge=0)
+    num_server_rounds: int = param(10, "federated rounds", ge=1)
+    out_dir: str = param("runs/latest", "where results.json, metrics.csv, models and checkpoints go")
+    resume_from: str = param("", "continue the run whose out-dir holds this checkpoint ('' = start fresh)")
+    checkpoint: bool = param(True, "write checkpoint.pt after every round")
+    client_state_dir: str = param("", "persist client state (SCAFFOLD c_i, MOON previous model) under this "
+                                      "directory ('' = in the node's memory only)")
+    device: str = param("auto", "torch device; auto = CUDA when available", choices=DEVICES)
+    engine: str = param("inprocess", "engine of `noniid-fl run` and the experiments runner on one box: "
+                                     "inprocess (Flower Grid in this process) or ray; `flwr run` always uses "
+                                     "Flower's", choices=ENGINES)
+    engine_workers: int = param(1, "worker processes of the in-process engine", ge=1)
+    # --- data
+    dataset: str = param("mnist-5k", "dataset (offline: mnist-5k, digits, synthetic, rotated-mnist)",
+                         choices=DATASETS)
+    data_root: str = param("data", "directory of the torchvision datasets")
+    download: bool = param(False, "let torchvision download missing datasets")
+    partition: str = param("dirichlet", "how the training pool is split over clients", choices=PARTITIONS)
+    dirichlet_alpha: float = param(0.5, "concentration of the Dirichlet label split", gt=0)
+    shards_per_client: int = param(2, "shards per client (McMahan's shard split)", ge=1)
+    classes_per_client: int = param(2, "classes per client (partition 'classes')", ge=1)
+    samples_per_class: int = param(20, "samples per class and client (partition 'classes')", ge=1)
+    power_law_exponent: float = param(1.5, "exponent of the power-law client sizes", gt=0)
+    min_partition_size: int = param(4, "smallest allowed client partition", ge=0)
+    local_test_fraction: float = param(0.25, "share of each client's data held out as its local test split "
+                                             "(P-FL)", gt=0, lt=1)
+    global_test_fraction: float = param(0.2, "share of an offline pool held out as the global test set (G-FL)",
+                                        gt=0, lt=1)
+    synthetic_alpha: float = param(1.0, "alpha of Synthetic(alpha, beta) (FedProx paper)", ge=0)
+    synthetic_beta: float = param(1.0, "beta of Synthetic(alpha, beta)", ge=0)
+    rotation_step_deg: float = param(15.0, "rotation between consecutive clients (rotated-mnist)")
+    # --- model
+    model: str = param("auto", "backbone; auto picks per dataset", choices=MODELS)
+    head: str = param("linear", "classifier head: linear or a fixed simplex ETF (composes with any method)",
+                      choices=HEADS)
+    etf_scale: float = param(1.0, "scale beta of the fixed ETF classifier", gt=0)
+    # --- local training
+    local_epochs: int = param(1, "local epochs E", ge=1)
+    batch_size: int = param(32, "local minibatch size B", ge=1)
+    lr: float = param(0.05, "local SGD learning rate", gt=0)
+    momentum: float = param(0.0, "local SGD momentum", ge=0, lt=1)
+    weight_decay: float = param(0.0, "local SGD weight decay", ge=0)
+    max_local_steps: int = param(0, "cap on local steps per round (0 = none)", ge=0)
+    # --- sampling, evaluation, failures
+    fraction_train: float = param(1.0, "share of clients sampled per round", gt=0, le=1)
+    min_train_nodes: int = param(2, "clients that must be registered before a round starts", ge=0)
+    min_train_replies: int = param(1, "usable updates a round needs (else retried, then failed)", ge=1)
+    round_timeout: float = param(600.0, "seconds a round waits for replies", gt=0)
+    reply_poll_interval: float = param(0.1, "longest pause between reply polls (s)", gt=0)
+    round_retries: int = param(1, "new samples tried when a round gets too few updates", ge=0)
+    max_update_norm: float = param(1000.0, "updates with a larger norm are rejected", gt=0)
+    federated_eval_every: int = param(1, "evaluate the global model on the clients every N rounds (0 = only "
+                                         "at the end)", ge=0)
+    federated_eval_clients: int = param(0, "evaluate on a fixed seeded sample of M clients (0 = all)", ge=0)
+    target_accuracy: float = param(0.8, "accuracy for the rounds-to-target metric", ge=0, le=1)
 
-    @classmethod
-    def from_dict(cls, values: Mapping[str, Any]) -> "RunConfig":
-        """Build from a kebab-case run-config mapping; missing keys take the defaults."""
-        kwargs: dict[str, Any] = {}
-        for f in fields(cls):
-            if f.name == "raw":
-                continue
-            key = _kebab(f.name)
-            if key in values:
-                kwargs[f.name] = _coerce(key, values[key], f.type)
-        cfg = cls(**kwargs, raw=dict(values))
-        cfg.validate()
-        return cfg
+    def check(self) -> None:
+        from flcore.registry import methods
 
-    def to_dict(self) -> dict[str, Any]:
-        """Kebab-case mapping of every key, method keys included (what results.json records)."""
-        out = dict(self.raw)
-        for f in fields(self):
-            if f.name != "raw":
-                out[_kebab(f.name)] = getattr(self, f.name)
-        return out
-
-    def replace(self, **changes: Any) -> "RunConfig":
-        raw = dict(self.raw)
-        raw.update({_kebab(k): v for k, v in changes.items()})
-        return dataclasses.replace(self, **changes, raw=raw)
-
-    def validate(self) -> None:
-        from flcore.registry import METHODS  # local import: registry imports nothing heavy
-
-        _choice("method", self.method, tuple(METHODS))
-        _choice("dataset", self.dataset, DATASETS)
-        _choice("partition", self.partition, PARTITIONS)
-        _choice("model", self.model, MODELS)
-        _choice("head", self.head, HEADS)
-        _choice("device", self.device, DEVICES)
-        _choice("engine", self.engine, ENGINES)
-        _positive("engine-workers", self.engine_workers)
-        _positive("num-server-rounds", self.num_server_rounds)
-        _positive("local-epochs", self.local_epochs)
-        _positive("batch-size", self.batch_size)
-        _positive("lr", self.lr)
-        _positive("dirichlet-alpha", self.dirichlet_alpha)
-        _positive("shards-per-client", self.shards_per_client)
-        _positive("classes-per-client", self.classes_per_client)
-        _positive("samples-per-class", self.samples_per_class)
-        _positive("round-timeout", self.round_timeout)
-        _positive("reply-poll-interval", self.reply_poll_interval)
-        _positive("max-update-norm", self.max_update_norm)
-        _positive("etf-scale", self.etf_scale)
-        _positive("min-train-replies", self.min_train_replies)
-        _nonneg("min-train-nodes", self.min_train_nodes)
-        _nonneg("momentum", self.momentum)
-        _nonneg("weight-decay", self.weight_decay)
-        _nonneg("max-local-steps", self.max_local_steps)
-        _nonneg("round-retries", self.round_retries)
-        _nonneg("federated-eval-every", self.federated_eval_every)
-        _nonneg("federated-eval-clients", self.federated_eval_clients)
-        _nonneg("min-partition-size", self.min_partition_size)
-        _in_open_unit("fraction-train", self.fraction_train, allow_one=True)
-        _in_open_unit("local-test-fraction", self.local_test_fraction)
-        _in_open_unit("global-test-fraction", self.global_test_fraction)
-        if self.momentum >= 1:
-            raise ConfigError(f"run-config key 'momentum' must be in [0, 1), got {self.momentum}")
+        table = methods()
+        if self.method not in table:
+            raise ConfigError(f"run-config key 'method' got {self.method!r}; allowed: one of {', '.join(table)}")
         if self.dataset == "synthetic" and self.partition not in ("natural", "power-law"):
             raise ConfigError(
                 "dataset 'synthetic' is generated per client (Synthetic(alpha, beta) with power-law "
-                f"sizes): run-config key 'partition' must be 'natural' or 'power-law', got '{self.partition}'"
-            )
+                f"sizes): run-config key 'partition' must be 'natural' or 'power-law', got '{self.partition}'")
         if self.partition == "natural" and self.dataset != "synthetic":
-            raise ConfigError(
-                f"partition 'natural' exists only for dataset 'synthetic', not '{self.dataset}'")
+            raise ConfigError(f"partition 'natural' exists only for dataset 'synthetic', not '{self.dataset}'")
 
 
-def _coerce(key: str, value: Any, typ: Any) -> Any:
-    name = typ if isinstance(typ, str) else getattr(typ, "__name__", str(typ))
-    try:
-        if name == "bool":
-            if isinstance(value, bool):
-                return value
-            if isinstance(value, str) and value.lower() in ("true", "false"):
-                return value.lower() == "true"
-            raise TypeError
-        if name == "int":
-            if isinstance(value, bool) or (isinstance(value, float) and not value.is_integer()):
-                raise TypeError
-            return int(value)
-        if name == "float":
-            if isinstance(value, bool):
-                raise TypeError
-            return float(value)
-        if name == "str":
-            if not isinstance(value, str):
-                raise TypeError
-            return value
-    except (TypeError, ValueError):
-        raise ConfigError(f"run-config key '{key}' must be a {name}, got {value!r}") from None
-    return value
+def section_classes() -> list[type[Section]]:
+    """The common section, then every registered method's section."""
+    from flcore.registry import sections
+
+    return [CommonConfig, *sections()]
 
 
-def _choice(key: str, value: str, allowed: tuple[str, ...]) -> None:
-    if value not in allowed:
-        raise ConfigError(f"run-config key '{key}' has unknown value '{value}'; allowed: {', '.join(allowed)}")
+def all_specs() -> dict[str, KeySpec]:
+    """Every run-config key, as declared (common keys first)."""
+    return {s.key: s for cls in section_classes() for s in cls.specs()}
 
 
-def _positive(key: str, value: float) -> None:
-    if not value > 0:
-        raise ConfigError(f"run-config key '{key}' must be > 0, got {value}")
+def _unknown_key_error(key: str, known: Mapping[str, KeySpec]) -> ConfigError:
+    renamed = {s.old: s.key for s in known.values() if s.old}
+    if key in renamed:
+        return ConfigError(f"run-config key '{key}' was renamed to '{renamed[key]}' (method keys are sectioned: "
+                           f"see the README's migration note)")
+    close = difflib.get_close_matches(key, list(known), n=1, cutoff=0.6)
+    hint = f"; did you mean '{close[0]}'?" if close else "; `noniid-fl config` lists every key"
+    return ConfigError(f"unknown run-config key '{key}'{hint}")
 
 
-def _nonneg(key: str, value: float) -> None:
-    if not value >= 0:
-        raise ConfigError(f"run-config key '{key}' must be >= 0, got {value}")
+@dataclass(frozen=True)
+class RunConfig(CommonConfig):
+    """The parsed run config: the common keys as attributes, each method section via :meth:`section`."""
+
+    sections: Mapping[str, Section] = field(default_factory=dict, compare=False, repr=False)
+
+    @classmethod
+    def from_dict(cls, values: Mapping[str, Any], complete: bool = False) -> "RunConfig":
+        """Parse and validate a flat run config; absent keys take their declared defaults, unless
+        ``complete`` (a client parsing the run config its server sent: every key must be there)."""
+        known = all_specs()
+        for key in values:
+            if key not in known:
+                raise _unknown_key_error(key, known)
+        if complete:
+            missing = [k for k in known if k not in values]
+            if missing:
+                raise ConfigError(f"the run config received lacks key(s) {', '.join(missing[:5])}: the sender "
+                                  "runs another version of this project")
+        common = CommonConfig.parse(values)
+        parsed = {c.NAME: c.parse(values) for c in section_classes()[1:]}
+        kwargs = {f.name: getattr(common, f.name) for f in fields(CommonConfig)}
+        return cls(**kwargs, sections=parsed)
+
+    def section(self, cls: type[S]) -> S:
+        """The parsed section ``cls`` (e.g. ``cfg.section(FedProxConfig).mu``)."""
+        try:
+            found = self.sections[cls.NAME]
+        except KeyError:
+            raise ConfigError(f"config section '{cls.NAME}' is not registered (no method declares it)") from None
+        if not isinstance(found, cls):
+            raise TypeError(f"section '{cls.NAME}' is a {type(found).__name__}, not a {cls.__name__}")
+        return found
+
+    def to_dict(self) -> dict[str, Any]:
+        """Every key (common and sectioned), what results.json records and messages carry."""
+        out = {CommonConfig.key_of(f.name): getattr(self, f.name) for f in fields(CommonConfig)}
+        for sec in self.sections.values():
+            out.update(sec.to_dict())
+        return out
+
+    def replace(self, **changes: Any) -> "RunConfig":
+        """A copy with common fields changed (validated again)."""
+        values = self.to_dict()
+        values.update({CommonConfig.key_of(k): v for k, v in changes.items()})
+        return RunConfig.from_dict(values)
 
 
-def _in_open_unit(key: str, value: float, allow_one: bool = False) -> None:
-    ok = 0 < value <= 1 if allow_one else 0 < value < 1
-    if not ok:
-        hi = "1]" if allow_one else "1)"
-        raise ConfigError(f"run-config key '{key}' must be in (0, {hi}, got {value}")
+def defaults() -> dict[str, Any]:
+    """Every key with its declared default."""
+    return {key: spec.default for key, spec in all_specs().items()}
 
 
-T = TypeVar("T")
-
-
-def method_config(cls: type[T], run_config: Mapping[str, Any]) -> T:
-    """Parse a method's frozen dataclass from the kebab-case run config.
-
-    Field ``foo_bar`` reads key ``foo-bar``; missing keys keep the dataclass default. If the dataclass
-    defines ``validate()``, it is called (it should raise :class:`ConfigError` naming the key).
-    """
-    kwargs = {}
-    for f in fields(cls):  # type: ignore[arg-type]
-        key = _kebab(f.name)
-        if key in run_config:
-            kwargs[f.name] = _coerce(key, run_config[key], f.type)
-    obj = cls(**kwargs)
-    validate = getattr(obj, "validate", None)
-    if callable(validate):
-        validate()
-    return obj
+def resolve_run_config(overrides: Mapping[str, Any] | None = None) -> dict[str, Any]:
+    """The declared defaults updated with ``overrides``; an unknown key is an error naming the closest one."""
+    values = defaults()
+    known = all_specs()
+    for key, value in (overrides or {}).items():
+        if key not in known:
+            raise _unknown_key_error(key, known)
+        values[key] = value
+    return values
 
 
 PROJECT_ROOT = Path(__file__).resolve().parent.parent
 
 
-def load_defaults(pyproject: Path | None = None) -> dict[str, Any]:
-    """The ``[tool.flwr.app.config]`` table of the project's pyproject.toml (the run defaults)."""
-    path = pyproject or PROJECT_ROOT / "pyproject.toml"
-    if not path.exists():
-        raise ConfigError(f"cannot read run-config defaults: {path} does not exist")
-    with path.open("rb") as fh:
-        data = tomllib.load(fh)
-    return dict(data["tool"]["flwr"]["app"]["config"])
+def check_value(key: str, value: Any) -> Any:
+    """Coerce and bound-check one value of a known key (the CLI uses it for single overrides)."""
+    known = all_specs()
+    if key not in known:
+        raise _unknown_key_error(key, known)
+    spec = known[key]
+    sec = next(c for c in section_classes() if any(s.key == key for s in c.specs()))
+    f = next(f for f in fields(sec) if sec.key_of(f.name) == key)
+    out = coerce(key, value, spec.type)
+    check_bounds(key, out, f.metadata, spec.type)
+    return out
 
-
-def resolve_run_config(overrides: Mapping[str, Any] | None = None) -> dict[str, Any]:
-    """Defaults from pyproject.toml updated with ``overrides``; unknown keys are an error."""
-    values = load_defaults()
-    for key, value in (overrides or {}).items():
-        if key not in values:
-            raise ConfigError(f"unknown run-config key '{key}' (not declared in pyproject.toml)")
-        values[key] = value
-    return values

@@ -1,70 +1,109 @@
-"""One registry: method name -> (server strategy, client trainer, model customisation).
+"""The method registry: the list of method declarations (flcore/methods/*), plus any registered at runtime.
 
-Entries are ``"module:attribute"`` strings resolved lazily, so the client never imports server code and
-importing the registry is cheap. A new method is one strategy module + one trainer module + an entry here.
+A declaration (:class:`MethodDecl`) is data: the method's name, paper, config section, the payload keys its
+two sides exchange, its model hook and head, and the ``"module:attribute"`` paths of its server Strategy and
+client trainer, resolved lazily so that neither side imports the other's code and importing the registry
+is cheap (no torch). A new method is a declaration module listed in ``flcore.methods.MODULES``, or
+``register(decl)`` from the user's own code (see docs/ADDING_A_METHOD.md).
 """
 
 from __future__ import annotations
 
 import importlib
-from dataclasses import dataclass
-from typing import Any
+from dataclasses import dataclass, field
+
+from flcore.schema import Section
 
 
 @dataclass(frozen=True)
-class MethodSpec:
-    """How a method is assembled.
+class Payload:
+    """What a method adds to the base protocol (docs/PROTOCOL.md), by name.
 
-    strategy:   server-side ``FLStrategy`` subclass.
-    trainer:    client-side ``Trainer`` subclass (carries the local-training tricks).
-    model_hook: optional ``fn(model: FLModel, cfg: RunConfig) -> None`` that adds the method's federated
-                modules (LRA neck, projection head, discriminator) to the model, run identically on the
-                server (initial model, central evaluation) and on every client.
-    head:       head forced by the method (``"etf"`` for fedetf), else the run config's ``head``.
+    config:        keys the server adds to a client's "config" ConfigRecord (per-client values).
+    records:       extra records in server -> client messages (a name ending in "." is a prefix).
+    metrics:       extra keys in the reply's "metrics" MetricRecord.
+    reply_records: extra records in client -> server replies.
+    actions:       message types the strategy sends besides "query" and "evaluate".
+    state:         client-state entries the trainer keeps between rounds (context.state / state-dir).
     """
 
+    config: tuple[str, ...] = ()
+    records: tuple[str, ...] = ()
+    metrics: tuple[str, ...] = ()
+    reply_records: tuple[str, ...] = ()
+    actions: tuple[str, ...] = ("train",)
+    state: tuple[str, ...] = ()
+
+
+@dataclass(frozen=True)
+class MethodDecl:
+    """How a method is assembled (see the module docstring).
+
+    model_hook: ``"module:fn"`` with ``fn(model: FLModel, cfg: RunConfig) -> None`` adding the method's
+                federated modules (LRA neck, projection head, discriminator); it lives in ``models/`` and runs
+                identically on the server (initial model, central evaluation) and on every client.
+    head:       head forced by the method ("etf" for fedetf), else the run config's ``head``.
+    """
+
+    name: str
+    paper: str
     strategy: str
     trainer: str
+    config: type[Section] | None = None
     model_hook: str | None = None
     head: str | None = None
+    payload: Payload = field(default_factory=Payload)
     description: str = ""
 
 
-_BASE_TRAINER = "client_app.trainers.base:Trainer"
-_FEDAVG = "strategies.fedavg:FedAvgStrategy"
+BASE_TRAINER = "client_app.trainers.base:Trainer"
+FEDAVG_STRATEGY = "strategies.fedavg:FedAvgStrategy"
 
-METHODS: dict[str, MethodSpec] = {
-    "fedavg": MethodSpec(_FEDAVG, _BASE_TRAINER, description="McMahan et al. 2017"),
-    "fedprox": MethodSpec("strategies.fedprox:FedProxStrategy", "client_app.trainers.fedprox:FedProxTrainer"),
-    "scaffold": MethodSpec("strategies.scaffold:ScaffoldStrategy", "client_app.trainers.scaffold:ScaffoldTrainer"),
-    "moon": MethodSpec(_FEDAVG, "client_app.trainers.moon:MoonTrainer", model_hook="client_app.trainers.moon:add_projection_head"),
-    "feddyn": MethodSpec("strategies.feddyn:FedDynStrategy", "client_app.trainers.feddyn:FedDynTrainer"),
-    "qfedavg": MethodSpec("strategies.qfedavg:QFedAvgStrategy", "client_app.trainers.qfedavg:QFedAvgTrainer"),
-    "fednova": MethodSpec("strategies.fednova:FedNovaStrategy", _BASE_TRAINER),
-    "fedadam": MethodSpec("strategies.fedopt:FedAdamStrategy", _BASE_TRAINER),
-    "fedyogi": MethodSpec("strategies.fedopt:FedYogiStrategy", _BASE_TRAINER),
-    "fedrane": MethodSpec("strategies.fedrane:GNEStrategy", "client_app.trainers.fedrane:LRATrainer", model_hook="models.lra:add_lra_neck"),
-    "fedrane-no-lra": MethodSpec("strategies.fedrane:GNEStrategy", _BASE_TRAINER),
-    "fedrane-no-gne": MethodSpec(_FEDAVG, "client_app.trainers.fedrane:LRATrainer", model_hook="models.lra:add_lra_neck"),
-    "fedbc": MethodSpec("strategies.fedbc:FedBCStrategy", "client_app.trainers.fedbc:FedBCTrainer"),
-    "fedbc-finetune": MethodSpec("strategies.fedbc:FedBCStrategy", "client_app.trainers.fedbc:FedBCFineTuneTrainer"),
-    "per-fedbc": MethodSpec("strategies.fedbc:FedBCStrategy", "client_app.trainers.fedbc:PerFedBCTrainer"),
-    "fedufo": MethodSpec("strategies.fedufo:FedUFOStrategy", "client_app.trainers.fedufo:FedUFOTrainer", model_hook="client_app.trainers.fedufo:add_discriminator"),
-    "fedbr": MethodSpec("strategies.fedbr:FedBRStrategy", "client_app.trainers.fedbr:FedBRTrainer", model_hook="client_app.trainers.fedbr:add_projection_head"),
-    "fedetf": MethodSpec("strategies.fedetf:FedETFStrategy", "client_app.trainers.fedetf:ETFTrainer", head="etf"),
-    "fedgmv": MethodSpec("strategies.fedetf:FedETFStrategy", "client_app.trainers.fedetf:ETFTrainer",
-                         description="seed 004 ablation '+GMV': memory vectors with the run config's head"),
-}
+_RUNTIME: dict[str, MethodDecl] = {}
 
 
-def resolve(path: str) -> Any:
+def _declared() -> dict[str, MethodDecl]:
+    from flcore.methods import declarations
+
+    return {d.name: d for d in declarations()}
+
+
+def methods() -> dict[str, MethodDecl]:
+    """Every method: the declared ones, then the ones registered at runtime."""
+    return {**_declared(), **_RUNTIME}
+
+
+def register(decl: MethodDecl) -> MethodDecl:
+    """Add a method from outside the project (a name already taken is an error)."""
+    if decl.name in methods():
+        raise ValueError(f"method '{decl.name}' is already registered")
+    _RUNTIME[decl.name] = decl
+    return decl
+
+
+def unregister(name: str) -> None:
+    """Remove a method added with :func:`register` (tests)."""
+    _RUNTIME.pop(name, None)
+
+
+def sections() -> list[type[Section]]:
+    """Every method config section, once each, in declaration order."""
+    out: list[type[Section]] = []
+    for decl in methods().values():
+        if decl.config is not None and decl.config not in out:
+            out.append(decl.config)
+    return out
+
+
+def resolve(path: str):
     """Import ``"module:attr"``."""
     module, _, attr = path.partition(":")
     return getattr(importlib.import_module(module), attr)
 
 
-def get_method(name: str) -> MethodSpec:
+def get_method(name: str) -> MethodDecl:
+    table = methods()
     try:
-        return METHODS[name]
+        return table[name]
     except KeyError:
-        raise ValueError(f"unknown method '{name}'; allowed: {', '.join(METHODS)}") from None
+        raise ValueError(f"unknown method '{name}'; allowed: {', '.join(table)}") from None

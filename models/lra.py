@@ -38,54 +38,13 @@ mixes Z into the predictor's input (h = alpha Z + (1 - alpha) Z_hat; the code's 
 from __future__ import annotations
 
 import math
-from dataclasses import dataclass
 
 import torch
 from torch import nn
 import torch.nn.functional as F
 
-from flcore.config import ConfigError, RunConfig, method_config
-
-GRAPHS = ("alternating", "closed-form")
-EVAL_MODES = ("relational", "identity")
-
-
-@dataclass(frozen=True)
-class LRAConfig:
-    """Run-config keys ``lra-*`` (defaults = the paper's values, pyproject.toml fedrane block)."""
-
-    lra_lambda_g: float = 0.1        # lambda_G, weight of the nuclear norm (Eq. 2)
-    lra_graph: str = "alternating"   # alternating closed forms (Eq. 3-4) | closed-form (authors' code)
-    lra_slim_iters: int = 5          # max alternations of the B and Phi updates
-    lra_slim_eps: float = 1e-6       # eigenvalue clamp of B B^T (relative to its largest), keeps Phi finite
-    lra_steps: int = 1               # L, message-passing steps (Eq. 5)
-    lra_residual: bool = True        # h^{l+1} = h^l + messages (authors' code); false: the literal Eq. 5
-    lra_topk: int = 0                # keep only the k strongest neighbours per node (0: all A_ij > 0, paper)
-    lra_tau: float = 0.8             # tau_1, temperature of L_CD (Eq. 7)
-    lra_lambda_cd: float = 0.2       # lambda_CD (Eq. 9)
-    lra_cd_symmetric: bool = False   # anchors from both halves of [Z; Z_hat] (SimCLR / authors' code)
-    lra_alpha: float = 0.0           # predictor input alpha Z + (1 - alpha) Z_hat (0: the paper)
-    lra_eval: str = "relational"     # neck at evaluation: relational (paper) | identity (authors' code)
-
-    def validate(self) -> None:
-        if self.lra_graph not in GRAPHS:
-            raise ConfigError(f"run-config key 'lra-graph' has unknown value '{self.lra_graph}'; "
-                              f"allowed: {', '.join(GRAPHS)}")
-        if self.lra_eval not in EVAL_MODES:
-            raise ConfigError(f"run-config key 'lra-eval' has unknown value '{self.lra_eval}'; "
-                              f"allowed: {', '.join(EVAL_MODES)}")
-        for key, value in (("lra-lambda-g", self.lra_lambda_g), ("lra-tau", self.lra_tau),
-                           ("lra-slim-eps", self.lra_slim_eps)):
-            if not (math.isfinite(value) and value > 0):
-                raise ConfigError(f"run-config key '{key}' must be a finite number > 0, got {value}")
-        if not (math.isfinite(self.lra_lambda_cd) and self.lra_lambda_cd >= 0):
-            raise ConfigError(f"run-config key 'lra-lambda-cd' must be >= 0, got {self.lra_lambda_cd}")
-        if not 0.0 <= self.lra_alpha <= 1.0:
-            raise ConfigError(f"run-config key 'lra-alpha' must be in [0, 1], got {self.lra_alpha}")
-        for key, value, low in (("lra-slim-iters", self.lra_slim_iters, 1), ("lra-steps", self.lra_steps, 1),
-                                ("lra-topk", self.lra_topk, 0)):
-            if value < low:
-                raise ConfigError(f"run-config key '{key}' must be >= {low}, got {value}")
+from flcore.config import RunConfig
+from flcore.methods.fedrane import FedRANEConfig
 
 
 # ============================================================================ pure functions: the graph
@@ -196,7 +155,7 @@ def neighbour_mask(a: torch.Tensor, topk: int = 0) -> torch.Tensor:
 
 
 @torch.no_grad()
-def batch_graph(z: torch.Tensor, cfg: LRAConfig) -> torch.Tensor:
+def batch_graph(z: torch.Tensor, cfg: FedRANEConfig) -> torch.Tensor:
     """Steps 1-3 for a minibatch of features: the boolean neighbour mask (B x B)."""
     p = pearson_matrix(z.detach().double())
     if cfg.lra_graph == "closed-form":
@@ -253,7 +212,7 @@ class AttentiveMessagePassing(nn.Module):
 class LRANeck(nn.Module):
     """G: Z -> Z_hat by relational graph + L message-passing steps; the federated part of LRA."""
 
-    def __init__(self, dim: int, cfg: LRAConfig) -> None:
+    def __init__(self, dim: int, cfg: FedRANEConfig) -> None:
         super().__init__()
         self.cfg = cfg
         self.layers = nn.ModuleList(AttentiveMessagePassing(dim) for _ in range(cfg.lra_steps))
@@ -279,4 +238,4 @@ class LRANeck(nn.Module):
 
 def add_lra_neck(model: nn.Module, cfg: RunConfig) -> None:
     """Model hook (flcore/registry.py): install LRA as ``model.neck`` (federated with the rest)."""
-    model.neck = LRANeck(int(model.feature_dim), method_config(LRAConfig, cfg.raw))
+    model.neck = LRANeck(int(model.feature_dim), cfg.section(FedRANEConfig))

@@ -21,13 +21,13 @@ import numpy as np
 import torch
 from flwr.serverapp import Grid
 
-from client_app.training import evaluate
 from data_partitioning.datasets import dataset_shape
 from data_partitioning.federated import global_test_set
 from flcore.config import RunConfig
 from flcore.records import load_params, model_params
 from flcore.registry import get_method, resolve
 from models import build_model
+from models.evaluation import evaluate
 from server_app.checkpoint import load_checkpoint, save_checkpoint
 from server_app.results import ResultsWriter, spread
 from strategies.base import FLStrategy, RoundOutcome

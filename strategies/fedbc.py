@@ -22,53 +22,13 @@ from typing import Any
 
 import numpy as np
 
-from flcore.config import ConfigError, RunConfig, method_config
+from flcore.config import RunConfig
+from flcore.methods.fedbc import GAMMA_KEY, LAMBDA_KEY, LOCAL_ACC, SQ_DIST, FedBCConfig
 from strategies.base import ClientUpdate, FLStrategy, Params
 from strategies.fedbc_math import dual_ascent, dual_weighted_average, gamma_step, squared_distance
 
 log = logging.getLogger("noniid_fl")
 
-LAMBDA_KEY = "fedbc-lambda"   # per-client message config keys read by the FedBC trainers
-GAMMA_KEY = "fedbc-gamma"
-
-
-@dataclass(frozen=True)
-class FedBCServerConfig:
-    """Server-side FedBC hyperparameters (run-config keys ``fedbc-*``).
-
-    fedbc-lambda-init:     lambda_k^0 (authors' code: zeros).
-    fedbc-gamma-init:      gamma_k^0 (paper: 0); the constant gamma when ``fedbc-fix-gamma``.
-    fedbc-eta-lambda:      dual step size eta_lambda of Eq. (11); paper grid {1e-3, 5e-4}, code default 1e-3.
-    fedbc-eta-gamma:       step size of the gamma heuristic; the paper sets it equal to eta_lambda.
-    fedbc-lambda-momentum: heavy-ball momentum of the lambda/gamma steps (authors' code: 0.5).
-    fedbc-lambda-max:      upper end of the projection interval [0, lambda_max] of Eq. (11); 0 means no
-                           upper bound (the authors' code only clamps at 0).
-    fedbc-fix-gamma:       keep gamma_k = fedbc-gamma-init for ever (authors' ``--fix_gamma``).
-    """
-
-    fedbc_lambda_init: float = 0.0
-    fedbc_gamma_init: float = 0.0
-    fedbc_eta_lambda: float = 0.001
-    fedbc_eta_gamma: float = 0.001
-    fedbc_lambda_momentum: float = 0.5
-    fedbc_lambda_max: float = 0.0
-    fedbc_fix_gamma: bool = False
-
-    def validate(self) -> None:
-        for key, value in (("fedbc-lambda-init", self.fedbc_lambda_init), ("fedbc-gamma-init", self.fedbc_gamma_init),
-                           ("fedbc-eta-lambda", self.fedbc_eta_lambda), ("fedbc-eta-gamma", self.fedbc_eta_gamma),
-                           ("fedbc-lambda-max", self.fedbc_lambda_max)):
-            if not (np.isfinite(value) and value >= 0):
-                raise ConfigError(f"run-config key '{key}' must be finite and >= 0, got {value}")
-        if not 0 <= self.fedbc_lambda_momentum < 1:
-            raise ConfigError(f"run-config key 'fedbc-lambda-momentum' must be in [0, 1), got {self.fedbc_lambda_momentum}")
-        if self.fedbc_lambda_max > 0 and self.fedbc_lambda_init > self.fedbc_lambda_max:
-            raise ConfigError(f"run-config key 'fedbc-lambda-init' ({self.fedbc_lambda_init}) must not exceed "
-                              f"'fedbc-lambda-max' ({self.fedbc_lambda_max})")
-
-    @property
-    def upper(self) -> float | None:
-        return self.fedbc_lambda_max if self.fedbc_lambda_max > 0 else None
 
 
 @dataclass
@@ -86,7 +46,7 @@ class FedBCStrategy(FLStrategy):
 
     def __init__(self, cfg: RunConfig) -> None:
         super().__init__(cfg)
-        self.hp = method_config(FedBCServerConfig, cfg.raw)
+        self.hp = cfg.section(FedBCConfig)
         self.duals: dict[int, DualState] = {}
         self.last_round: dict[str, Any] = {}
 
@@ -94,7 +54,7 @@ class FedBCStrategy(FLStrategy):
     def dual(self, cid: int) -> DualState:
         """The dual variables of client ``cid`` (created at their initial values on first use)."""
         if cid not in self.duals:
-            self.duals[cid] = DualState(self.hp.fedbc_lambda_init, self.hp.fedbc_gamma_init)
+            self.duals[cid] = DualState(self.hp.lambda_init, self.hp.gamma_init)
         return self.duals[cid]
 
     def client_config(self, server_round: int, cid: int) -> dict[str, Any]:
@@ -104,10 +64,10 @@ class FedBCStrategy(FLStrategy):
     def dual_update(self, cid: int, sq_dist: float) -> DualState:
         """Eq. (11) for lambda_k and the gamma heuristic, taken at the same (pre-update) point of L."""
         c, d = self.hp, self.dual(cid)
-        lam, lam_buf = dual_ascent(d.lam, sq_dist - d.gamma, c.fedbc_eta_lambda, c.upper, c.fedbc_lambda_momentum, d.lam_buf)
+        lam, lam_buf = dual_ascent(d.lam, sq_dist - d.gamma, c.eta_lambda, c.upper, c.lambda_momentum, d.lam_buf)
         gamma, gamma_buf = d.gamma, d.gamma_buf
-        if not c.fedbc_fix_gamma:
-            gamma, gamma_buf = gamma_step(d.gamma, d.lam, c.fedbc_eta_gamma, c.fedbc_lambda_momentum, d.gamma_buf)
+        if not c.fix_gamma:
+            gamma, gamma_buf = gamma_step(d.gamma, d.lam, c.eta_gamma, c.lambda_momentum, d.gamma_buf)
         self.duals[cid] = DualState(lam, gamma, lam_buf, gamma_buf)
         return self.duals[cid]
 
@@ -124,8 +84,8 @@ class FedBCStrategy(FLStrategy):
             log.warning("round %s: FedBC sum of lambda over %s client(s) is 0; z is the sample-weighted "
                         "average this round", server_round, len(updates))
         n = np.asarray(sizes, np.float64)
-        local_model_acc = [float(u.metrics["fedbc-local-model-accuracy"]) for u in updates
-                           if "fedbc-local-model-accuracy" in u.metrics]
+        local_model_acc = [float(u.metrics[LOCAL_ACC]) for u in updates
+                           if LOCAL_ACC in u.metrics]
         self.last_round = {
             "fedbc-fallback": int(fallback),
             "fedbc-aggregation": "sample-weighted-fallback" if fallback else "dual-weighted",
@@ -134,7 +94,7 @@ class FedBCStrategy(FLStrategy):
             "fedbc-round-weights": [float(w) for w in weights],
             "fedbc-round-sample-weights": [float(v) for v in n / n.sum()],
             # as reported by the clients (cross-check of fedbc-sq-dist; NaN where not reported)
-            "fedbc-client-sq-dist": [float(u.metrics.get("fedbc-sq-dist", float("nan"))) for u in updates],
+            "fedbc-client-sq-dist": [float(u.metrics.get(SQ_DIST, float("nan"))) for u in updates],
             "fedbc-local-model-accuracy": float(np.mean(local_model_acc)) if local_model_acc else None,
         }
         return new_params

@@ -12,8 +12,8 @@ from typing import Any
 
 import numpy as np
 
-from client_app.trainers.fedbr import FedBRConfig
-from flcore.config import RunConfig, method_config
+from flcore.config import RunConfig
+from flcore.methods.fedbr import FedBRConfig
 from strategies.aggregation import apply_update, deltas
 from strategies.base import ClientUpdate, FLStrategy, Params
 
@@ -40,11 +40,11 @@ def uniform_delta_average(global_params: Params, client_params: list[Params],
 class FedBRStrategy(FLStrategy):
     def __init__(self, cfg: RunConfig) -> None:
         super().__init__(cfg)
-        self.fb = method_config(FedBRConfig, cfg.raw)  # validates every fedbr-* key before round 1
+        self.fb = cfg.section(FedBRConfig)  # validates every fedbr-* key before round 1
         self._metrics: dict[str, Any] = {}
 
     def aggregate(self, server_round: int, params: Params, updates: list[ClientUpdate]) -> Params:
-        weights = None if self.fb.fedbr_weighting == "uniform" else [float(u.num_examples) for u in updates]
+        weights = None if self.fb.weighting == "uniform" else [float(u.num_examples) for u in updates]
         self._metrics = {}
         for key in _LOGGED:
             vals = [float(u.metrics[key]) for u in updates if key in u.metrics]

@@ -14,8 +14,8 @@ from typing import Any, Mapping, Sequence
 
 import numpy as np
 
-from client_app.trainers.feddyn import FedDynConfig
-from flcore.config import RunConfig, method_config
+from flcore.config import RunConfig
+from flcore.methods.feddyn import FedDynConfig
 from strategies.aggregation import deltas
 from strategies.base import ClientUpdate, FLStrategy
 from strategies.update_checks import average_non_float, is_float
@@ -42,7 +42,7 @@ def feddyn_server_update(theta: Arrays, locals_: Sequence[Arrays], h: Arrays, al
 class FedDynStrategy(FLStrategy):
     def __init__(self, cfg: RunConfig) -> None:
         super().__init__(cfg)
-        self.alpha = method_config(FedDynConfig, cfg.raw).feddyn_alpha
+        self.alpha = cfg.section(FedDynConfig).alpha
         self.h: "OrderedDict[str, np.ndarray]" = OrderedDict()
 
     def aggregate(self, server_round: int, params, updates: list[ClientUpdate]):

@@ -22,8 +22,8 @@ from typing import Any
 import numpy as np
 from flwr.app import ArrayRecord, ConfigRecord
 
-from client_app.trainers.fedetf import ACTIVE_KEY, MEANS_RECORD, MEMORY_RECORD, REPORT_KEY, FedETFConfig
-from flcore.config import RunConfig, method_config
+from flcore.config import RunConfig
+from flcore.methods.fedetf import ACTIVE_KEY, MEANS_RECORD, MEMORY_RECORD, REPORT_KEY, FedETFConfig
 from flcore.records import params_to_record, record_to_params
 from models import head_name
 from strategies.base import ClientUpdate, FLStrategy, Params
@@ -92,8 +92,8 @@ class FedETFStrategy(FLStrategy):
 
     def __init__(self, cfg: RunConfig) -> None:
         super().__init__(cfg)
-        self.ecfg = method_config(FedETFConfig, cfg.raw)
-        self.warm_round = warmup_round(self.ecfg.fedetf_warmup_fraction, cfg.num_server_rounds)
+        self.ecfg = cfg.section(FedETFConfig)
+        self.warm_round = warmup_round(self.ecfg.warmup_fraction, cfg.num_server_rounds)
         self.etf_head = head_name(cfg) == "etf"
         self.memory: np.ndarray | None = None       # (C, d) float64
         self.memory_valid: np.ndarray | None = None  # (C,) bool
@@ -133,7 +133,7 @@ class FedETFStrategy(FLStrategy):
         self._metrics["gmv-rejected"] = bad
         if not means:
             return
-        mu, present = average_class_means(np.stack(means), np.stack(counts), self.ecfg.fedetf_gmv_weighting)
+        mu, present = average_class_means(np.stack(means), np.stack(counts), self.ecfg.gmv_weighting)
         self.memory, self.memory_valid = update_memory(self.memory, self.memory_valid, mu, present)
         self.memory_round = server_round
         self._metrics["gmv-norm"] = float(np.linalg.norm(self.memory[self.memory_valid], axis=1).mean())

@@ -15,36 +15,17 @@ from __future__ import annotations
 
 import math
 from collections import OrderedDict
-from dataclasses import dataclass
 from typing import Any, Mapping, Sequence
 
 import numpy as np
 
-from flcore.config import ConfigError, RunConfig, method_config
+from flcore.config import RunConfig
+from flcore.methods.fedopt import FedOptConfig
 from strategies.aggregation import deltas
 from strategies.base import ClientUpdate, FLStrategy
 from strategies.update_checks import average_non_float, is_float
 
 Arrays = Mapping[str, np.ndarray]
-
-
-@dataclass(frozen=True)
-class FedOptConfig:
-    """Server optimizer (Reddi et al. Alg. 2): eta (server lr), tau (adaptivity), beta1, beta2."""
-
-    fedopt_eta: float = 0.01
-    fedopt_tau: float = 0.001
-    fedopt_beta1: float = 0.9
-    fedopt_beta2: float = 0.99
-    fedopt_bias_correction: bool = False
-
-    def validate(self) -> None:
-        for key, value in (("fedopt-eta", self.fedopt_eta), ("fedopt-tau", self.fedopt_tau)):
-            if not (math.isfinite(value) and value > 0):
-                raise ConfigError(f"run-config key '{key}' must be finite and > 0, got {value}")
-        for key, value in (("fedopt-beta1", self.fedopt_beta1), ("fedopt-beta2", self.fedopt_beta2)):
-            if not 0 <= value < 1:
-                raise ConfigError(f"run-config key '{key}' must be in [0, 1), got {value}")
 
 
 def second_moment(v: np.ndarray, delta: np.ndarray, beta2: float, rule: str) -> np.ndarray:
@@ -63,13 +44,13 @@ def fedopt_step(x: Arrays, delta: Arrays, m: Arrays, v: Arrays, t: int, cfg: Fed
     """One server step (round t >= 1) on float64 arrays: returns (x_{t+1}, m_t, v_t)."""
     new_x, new_m, new_v = OrderedDict(), OrderedDict(), OrderedDict()
     for k in delta:
-        new_m[k] = cfg.fedopt_beta1 * m[k] + (1 - cfg.fedopt_beta1) * delta[k]
-        new_v[k] = second_moment(v[k], delta[k], cfg.fedopt_beta2, rule)
+        new_m[k] = cfg.beta1 * m[k] + (1 - cfg.beta1) * delta[k]
+        new_v[k] = second_moment(v[k], delta[k], cfg.beta2, rule)
         m_hat, v_hat = new_m[k], new_v[k]
-        if cfg.fedopt_bias_correction:
-            m_hat = m_hat / (1 - cfg.fedopt_beta1 ** t)
-            v_hat = v_hat / (1 - cfg.fedopt_beta2 ** t)
-        new_x[k] = np.asarray(x[k], np.float64) + cfg.fedopt_eta * m_hat / (np.sqrt(np.maximum(v_hat, 0)) + cfg.fedopt_tau)
+        if cfg.bias_correction:
+            m_hat = m_hat / (1 - cfg.beta1 ** t)
+            v_hat = v_hat / (1 - cfg.beta2 ** t)
+        new_x[k] = np.asarray(x[k], np.float64) + cfg.eta * m_hat / (np.sqrt(np.maximum(v_hat, 0)) + cfg.tau)
     return new_x, new_m, new_v
 
 
@@ -91,7 +72,7 @@ class FedOptStrategy(FLStrategy):
 
     def __init__(self, cfg: RunConfig) -> None:
         super().__init__(cfg)
-        self.ocfg = method_config(FedOptConfig, cfg.raw)
+        self.ocfg = cfg.section(FedOptConfig)
         self.m: "OrderedDict[str, np.ndarray]" = OrderedDict()
         self.v: "OrderedDict[str, np.ndarray]" = OrderedDict()
         self.t = 0
@@ -101,7 +82,7 @@ class FedOptStrategy(FLStrategy):
         keys = [k for k, v in params.items() if is_float(v)]
         if not self.m:
             self.m = OrderedDict((k, np.zeros(np.shape(params[k]), np.float64)) for k in keys)
-            self.v = OrderedDict((k, np.full(np.shape(params[k]), self.ocfg.fedopt_tau ** 2)) for k in keys)
+            self.v = OrderedDict((k, np.full(np.shape(params[k]), self.ocfg.tau ** 2)) for k in keys)
         weights = [float(u.num_examples) for u in updates]
         delta = pseudo_gradient(params, [u.params for u in updates], weights, keys)
         self.t += 1

@@ -22,12 +22,12 @@ from __future__ import annotations
 import logging
 import math
 import time
-from dataclasses import dataclass
 from typing import Any
 
 import numpy as np
 
-from flcore.config import ConfigError, RunConfig, method_config
+from flcore.config import RunConfig
+from flcore.methods.fedrane import FedRANEConfig
 from strategies.aggregation import weighted_average
 from strategies.base import ClientUpdate, FLStrategy, Params
 from strategies.nash import (STATUS_CONVERGED, NashSolution, combine_deltas, delta_gram, floating_keys,
@@ -35,36 +35,6 @@ from strategies.nash import (STATUS_CONVERGED, NashSolution, combine_deltas, del
 
 log = logging.getLogger("noniid_fl")
 
-SCALES = ("normalized", "fedavg-norm", "server-lr")
-SOLVERS = ("cvxpy", "newton")
-
-
-@dataclass(frozen=True)
-class GNEConfig:
-    """Run-config keys ``gne-*`` (defaults in pyproject.toml's fedrane block)."""
-
-    gne_solver: str = "cvxpy"          # the paper's sequential convex programme, or exact damped Newton
-    gne_scale: str = "normalized"      # step length of the Nash direction (see module docstring)
-    gne_server_lr: float = 1.0         # s for gne-scale = server-lr (1.0: the paper's theta + G p)
-    gne_max_iter: int = 20             # convex programmes per round (Nash-MTL: 20)
-    gne_tol: float = 1e-3              # stop when ||M_hat p_hat - 1/p_hat|| < tol (cvxpy)
-    gne_step_tol: float = 1e-6         # ... or ||p_hat - p_hat_prev|| < step-tol (cvxpy)
-    gne_warm_start: bool = True        # start from last round's weights (else the sample fractions)
-    gne_degenerate_tol: float = 1e-10  # min_{v in simplex} v^T M v / max ||Delta_k||^2 below this: no solution
-
-    def validate(self) -> None:
-        if self.gne_solver not in SOLVERS:
-            raise ConfigError(f"run-config key 'gne-solver' has unknown value '{self.gne_solver}'; "
-                              f"allowed: {', '.join(SOLVERS)}")
-        if self.gne_scale not in SCALES:
-            raise ConfigError(f"run-config key 'gne-scale' has unknown value '{self.gne_scale}'; "
-                              f"allowed: {', '.join(SCALES)}")
-        for key, value in (("gne-server-lr", self.gne_server_lr), ("gne-tol", self.gne_tol),
-                           ("gne-step-tol", self.gne_step_tol), ("gne-degenerate-tol", self.gne_degenerate_tol)):
-            if not (math.isfinite(value) and value > 0):
-                raise ConfigError(f"run-config key '{key}' must be a finite number > 0, got {value}")
-        if self.gne_max_iter < 1:
-            raise ConfigError(f"run-config key 'gne-max-iter' must be >= 1, got {self.gne_max_iter}")
 
 
 def step_coefficients(gram: np.ndarray, p: np.ndarray, fractions: np.ndarray, scale: str,
@@ -90,7 +60,7 @@ class GNEStrategy(FLStrategy):
 
     def __init__(self, cfg: RunConfig) -> None:
         super().__init__(cfg)
-        self.gne = method_config(GNEConfig, cfg.raw)
+        self.gne = cfg.section(FedRANEConfig)
         self.warm: dict[int, float] = {}     # last normalised weight w_k = p_k / sum p of each client
         self._metrics: dict[str, Any] = {}
 
@@ -117,8 +87,8 @@ class GNEStrategy(FLStrategy):
         client_params = [u.params for u in updates]
         gram = delta_gram(params, client_params, floating_keys(params))
         t_gram = time.perf_counter() - t0
-        metrics: dict[str, Any] = {"gne-cids": cids, "gne-gram-seconds": t_gram, "gne-solver": self.gne.gne_solver,
-                                   "gne-scale": self.gne.gne_scale}
+        metrics: dict[str, Any] = {"gne-cids": cids, "gne-gram-seconds": t_gram, "fedrane.gne-solver": self.gne.gne_solver,
+                                   "fedrane.gne-scale": self.gne.gne_scale}
         problem = nash_degenerate(gram, self.gne.gne_degenerate_tol)
         if problem is not None:
             log.warning("round %s: GNE has no Nash-bargaining solution (%s); falling back to sample-weighted "

@@ -27,10 +27,9 @@ import numpy as np
 from flwr.app import ArrayRecord, ConfigRecord
 from flwr.serverapp import Grid
 
-from client_app.trainers.fedufo import (COUNTS_KEY, DISC_PREFIX, GROUP_KEY, PRIOR_KEY, FedUFOConfig, needs_relay,
-                                        stage_of)
-from client_app.trainers.ufo_losses import class_proportions
-from flcore.config import ConfigError, RunConfig, method_config
+from flcore.config import ConfigError, RunConfig
+from flcore.methods.fedufo import (COUNTS_KEY, DISC_PREFIX, GROUP_KEY, PRIOR_KEY, STAGE_KEY, FedUFOConfig,
+                                   class_proportions, needs_relay, stage_of)
 from flcore.records import params_to_record
 from strategies.base import ClientUpdate, FLStrategy, Params, RoundFailed, RoundOutcome
 from strategies.exchange import Failure, exchange
@@ -93,7 +92,7 @@ def mean_method_metrics(updates: Sequence[ClientUpdate]) -> dict[str, float]:
 class FedUFOStrategy(FLStrategy):
     def __init__(self, cfg: RunConfig) -> None:
         super().__init__(cfg)
-        self.ufo = method_config(FedUFOConfig, cfg.raw)
+        self.ufo = cfg.section(FedUFOConfig)
         self._info: dict[str, Any] = {}
         self._warned_size = False
 
@@ -102,21 +101,21 @@ class FedUFOStrategy(FLStrategy):
         return stage_of(server_round, self.cfg.num_server_rounds, self.ufo)
 
     def client_config(self, server_round: int, cid: int) -> dict[str, Any]:
-        return {"fedufo-stage": self.stage(server_round)}
+        return {STAGE_KEY: self.stage(server_round)}
 
     def group_size(self) -> int:
         n = len(self.clients)
         return min(n, max(self.cfg.min_train_nodes, math.ceil(self.cfg.fraction_train * n)))
 
     def sample(self, server_round: int) -> list[int]:
-        if not self.ufo.fedufo_dynamic_sampling:
+        if not self.ufo.dynamic_sampling:
             return super().sample(server_round)
         return dynamic_sample(sorted(self.clients), self.client_accuracy, self.group_size(), self.rng)
 
     def collect_updates(self, server_round: int, replies, reference: Params,
                         phase: str = "train") -> tuple[list[ClientUpdate], list[Failure]]:
         updates, rejected = super().collect_updates(server_round, replies, reference, phase)
-        metric = self.ufo.fedufo_sampling_metric
+        metric = self.ufo.sampling_metric
         for u in updates:
             if metric in u.metrics:
                 self.client_accuracy[u.cid] = float(u.metrics[metric])
@@ -126,7 +125,7 @@ class FedUFOStrategy(FLStrategy):
         """Every client's accuracy of the new global model on its local test split is exactly the paper's
         "local performance": with the default sampling metric it refreshes the ranking for all clients."""
         per_client, failures = super().federated_evaluate(grid, server_round, params)
-        if self.ufo.fedufo_sampling_metric == "global-model-local-accuracy":
+        if self.ufo.sampling_metric == "global-model-local-accuracy":
             for cid, metrics in per_client.items():
                 if "accuracy" in metrics:
                     self.client_accuracy[int(cid)] = float(metrics["accuracy"])
@@ -137,10 +136,10 @@ class FedUFOStrategy(FLStrategy):
 
     # ------------------------------------------------------------------ the round
     def _check_ids(self) -> None:
-        k = self.ufo.fedufo_num_clients
+        k = self.ufo.num_clients
         bad = sorted(c for c in self.clients if not 0 <= c < k)
         if bad:
-            raise ConfigError(f"run-config key 'fedufo-num-clients' ({k}) must exceed every client id; "
+            raise ConfigError(f"run-config key 'fedufo.num-clients' ({k}) must exceed every client id; "
                               f"client(s) {bad[:5]} are outside the discriminator's outputs")
         if len(self.clients) != k and not self._warned_size:
             self._warned_size = True

@@ -17,32 +17,19 @@ measured during local training, not at w^t.
 
 from __future__ import annotations
 
-import math
 from collections import OrderedDict
-from dataclasses import dataclass
 from typing import Any, Mapping, Sequence
 
 import numpy as np
 
-from flcore.config import ConfigError, RunConfig, method_config
+from flcore.config import RunConfig
+from flcore.methods.qfedavg import LOSS_KEY, QFedAvgConfig
 from strategies.aggregation import deltas
 from strategies.base import ClientUpdate, FLStrategy
 from strategies.update_checks import average_non_float, is_float, metric_problem, reject_updates
 
 Arrays = Mapping[str, np.ndarray]
-LOSS_KEY = "global-model-train-loss"
 EPS = 1e-10
-
-
-@dataclass(frozen=True)
-class QFedAvgConfig:
-    """qfedavg_q: the fairness exponent q of q-FFL (paper Eq. 2; q = 0 is FedAvg's objective)."""
-
-    qfedavg_q: float = 0.2
-
-    def validate(self) -> None:
-        if not (math.isfinite(self.qfedavg_q) and self.qfedavg_q >= 0):
-            raise ConfigError(f"run-config key 'qfedavg-q' must be finite and >= 0, got {self.qfedavg_q}")
 
 
 def qfedavg_aggregate(w: Arrays, client_params: Sequence[Arrays], losses: Sequence[float], q: float,
@@ -69,7 +56,7 @@ def qfedavg_aggregate(w: Arrays, client_params: Sequence[Arrays], losses: Sequen
 class QFedAvgStrategy(FLStrategy):
     def __init__(self, cfg: RunConfig) -> None:
         super().__init__(cfg)
-        self.q = method_config(QFedAvgConfig, cfg.raw).qfedavg_q
+        self.q = cfg.section(QFedAvgConfig).q
         self._last: dict[str, float] = {}
 
     def collect_updates(self, server_round, replies, reference, phase: str = "train"):

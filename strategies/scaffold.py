@@ -15,8 +15,8 @@ from typing import Any, Mapping, Sequence
 import numpy as np
 from flwr.app import ArrayRecord, ConfigRecord, RecordDict
 
-from client_app.trainers.scaffold import DELTA_C, SERVER_C, ScaffoldConfig
-from flcore.config import RunConfig, method_config
+from flcore.config import RunConfig
+from flcore.methods.scaffold import DELTA_C, SERVER_C, ScaffoldConfig
 from flcore.records import params_to_record, record_to_params
 from strategies.aggregation import apply_update, deltas
 from strategies.base import ClientUpdate, FLStrategy
@@ -54,7 +54,7 @@ def scaffold_variate_update(c: Arrays, delta_cs: Sequence[Arrays], num_clients: 
 class ScaffoldStrategy(FLStrategy):
     def __init__(self, cfg: RunConfig) -> None:
         super().__init__(cfg)
-        self.scfg = method_config(ScaffoldConfig, cfg.raw)
+        self.scfg = cfg.section(ScaffoldConfig)
         self.c: "OrderedDict[str, np.ndarray]" = OrderedDict()  # float64, one entry per float tensor
         self._like: "OrderedDict[str, np.ndarray]" = OrderedDict()
 

@@ -28,15 +28,15 @@ COMMON: dict[str, Any] = {"dataset": "digits", "partition": "dirichlet", "dirich
 NUM_NODES = 4
 # job name -> overrides (the job's method is its name unless "method" is given); tweaks keep mechanisms active
 PER_JOB: dict[str, dict[str, Any]] = {
-    "fedrane": {"model": "convnet", "lra-topk": 3}, "fedrane-no-gne": {"model": "convnet", "lra-topk": 3},
-    "fedrane-newton": {"method": "fedrane-no-lra", "gne-solver": "newton", "gne-scale": "fedavg-norm"},
-    "fedbc": {"fedbc-lambda-init": 0.05, "fedbc-eta-lambda": 0.1},
-    "fedbc-finetune": {"fedbc-lambda-init": 0.05, "fedbc-eta-lambda": 0.1},
-    "per-fedbc": {"fedbc-lambda-init": 0.05, "fedbc-eta-lambda": 0.1},
-    "fedufo": {"fedufo-num-clients": NUM_NODES, "fedufo-stage-one-fraction": 0.5},
-    "fedetf": {"fedetf-warmup-fraction": 0.4}, "fedgmv": {"fedetf-warmup-fraction": 0.4},
+    "fedrane": {"model": "convnet", "fedrane.lra-topk": 3}, "fedrane-no-gne": {"model": "convnet", "fedrane.lra-topk": 3},
+    "fedrane-newton": {"method": "fedrane-no-lra", "fedrane.gne-solver": "newton", "fedrane.gne-scale": "fedavg-norm"},
+    "fedbc": {"fedbc.lambda-init": 0.05, "fedbc.eta-lambda": 0.1},
+    "fedbc-finetune": {"fedbc.lambda-init": 0.05, "fedbc.eta-lambda": 0.1},
+    "per-fedbc": {"fedbc.lambda-init": 0.05, "fedbc.eta-lambda": 0.1},
+    "fedufo": {"fedufo.num-clients": NUM_NODES, "fedufo.stage-one-fraction": 0.5},
+    "fedetf": {"fedetf.warmup-fraction": 0.4}, "fedgmv": {"fedetf.warmup-fraction": 0.4},
     "scaffold-etf-head": {"method": "scaffold", "head": "etf"},
-    "scaffold-option-i": {"method": "scaffold", "scaffold-option": "I"},
+    "scaffold-option-i": {"method": "scaffold", "scaffold.option": "I"},
     "fednova": {"max-local-steps": 0},  # unequal local step counts, else FedNova is FedAvg
 }
 # per-round metrics that enter the digest next to the final parameters (P-FL and fairness included, so a
@@ -76,10 +76,10 @@ def record(methods: list[str] | None = None) -> None:
     import tempfile
 
     from flcore.config import resolve_run_config
-    from flcore.registry import METHODS
+    from flcore.registry import methods as registered
 
     data = json.loads(KNOWN.read_text()) if KNOWN.exists() else {}
-    for name in methods or sorted(set(METHODS) | set(PER_JOB)):
+    for name in methods or sorted(set(registered()) | set(PER_JOB)):
         values = resolve_run_config({**COMMON, "method": name, **PER_JOB.get(name, {})})
         values.pop("out-dir")
         with tempfile.TemporaryDirectory() as tmp:

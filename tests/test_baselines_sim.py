@@ -23,7 +23,7 @@ def test_every_baseline_learns_through_the_real_driver(tmp_path):
         out = tmp_path / method
         values = {"method": method, "dataset": "digits", "num-server-rounds": 2, "out-dir": str(out),
                   "batch-size": 16, "lr": 0.1, "momentum": 0.5, "local-epochs": 2, "seed": 1,
-                  "fedopt-eta": 0.05, "checkpoint": False}
+                  "fedopt.eta": 0.05, "checkpoint": False}
         cfg = RunConfig.from_dict(resolve_run_config(values))
         grid = FakeGrid(4)
         doc = run_federation(grid, cfg)

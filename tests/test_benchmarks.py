@@ -96,7 +96,7 @@ def test_params_record_is_shared_within_an_exchange_and_rebuilt_for_new_params()
 def test_gne_benchmark_times_a_converged_aggregation_of_distinct_updates():
     from benchmarks.bench_gne import client_updates, fedrane_config, global_params, time_gne
 
-    cfg = fedrane_config("mlp", **{"gne-solver": "newton"})
+    cfg = fedrane_config("mlp", **{"fedrane.gne-solver": "newton"})
     glob = global_params(cfg, "mlp")
     ups = client_updates(glob, 4)
     key = next(k for k, v in glob.items() if np.issubdtype(v.dtype, np.floating))

@@ -191,7 +191,7 @@ def test_before_warmup_h_equals_f():
 
 
 def test_after_warmup_logits_use_memory_vectors():
-    cfg = make_cfg(**{"fedetf-alpha": 1.0})
+    cfg = make_cfg(**{"fedetf.alpha": 1.0})
     data = make_data()
     mu = np.random.default_rng(1).normal(size=(C, 200)).astype(np.float32)
     valid = np.array([True, False, True, True])
@@ -217,7 +217,7 @@ def test_gmv_active_without_memory_is_a_clear_error():
 
 @pytest.mark.parametrize("features", ["final", "train"])
 def test_trainer_reports_class_means_of_backbone_features(features):
-    cfg = make_cfg(**{"fedetf-gmv-features": features, "local-epochs": 2})
+    cfg = make_cfg(**{"fedetf.gmv-features": features, "local-epochs": 2})
     data = make_data(classes=(0, 2))
     job = make_job(cfg, data, {REPORT_KEY: True})
     reply = ETFTrainer(job).run()
@@ -274,7 +274,7 @@ def _report(means: np.ndarray, counts) -> ArrayRecord:
 
 
 def test_strategy_memory_flow_state_and_bad_reports():
-    cfg = make_cfg(**{"num-server-rounds": 10, "fedetf-warmup-fraction": 0.5})  # R_warm = 5
+    cfg = make_cfg(**{"num-server-rounds": 10, "fedetf.warmup-fraction": 0.5})  # R_warm = 5
     s = FedETFStrategy(cfg)
     ref = model_params(build_model(cfg, (D_IN,), C))
     d = 200
@@ -315,14 +315,14 @@ def test_config_defaults_match_pyproject_and_errors_name_the_key():
     with open(PROJECT_ROOT / "pyproject.toml", "rb") as fh:
         table = tomllib.load(fh)["tool"]["flwr"]["app"]["config"]
     defaults = FedETFConfig()
-    for key in ("fedetf-alpha", "fedetf-warmup-fraction", "fedetf-gmv-weighting", "fedetf-gmv-features"):
+    for key in ("fedetf.alpha", "fedetf.warmup-fraction", "fedetf.gmv-weighting", "fedetf.gmv-features"):
         assert table[key] == getattr(defaults, key.replace("-", "_"))
-    assert defaults.fedetf_alpha == 0.5
-    for key, bad in (("fedetf-alpha", -1.0), ("fedetf-warmup-fraction", 1.5),
-                     ("fedetf-gmv-weighting", "median"), ("fedetf-gmv-features", "h")):
+    assert defaults.alpha == 0.5
+    for key, bad in (("fedetf.alpha", -1.0), ("fedetf.warmup-fraction", 1.5),
+                     ("fedetf.gmv-weighting", "median"), ("fedetf.gmv-features", "h")):
         with pytest.raises(ConfigError, match=key):
             method_config(FedETFConfig, {key: bad})
-    assert math.isclose(method_config(FedETFConfig, {"fedetf-alpha": 1}).fedetf_alpha, 1.0)
+    assert math.isclose(method_config(FedETFConfig, {"fedetf.alpha": 1}).alpha, 1.0)
 
 
 # ============================================================================ ETF composes with any method
@@ -337,7 +337,7 @@ def test_etf_head_composes_with_every_method(method):
     from tests._baselines_util import CLASSES, initial_params, make_cfg as base_cfg, make_data as base_data
     from tests._baselines_util import register, run_round
 
-    cfg = base_cfg(method=method, head="etf", momentum=0.5, **{"fedetf-warmup-fraction": 0.0,
+    cfg = base_cfg(method=method, head="etf", momentum=0.5, **{"fedetf.warmup-fraction": 0.0,
                                                                 "num-server-rounds": 2})
     strategy = resolve(get_method(method).strategy)(cfg)
     datas = {cid: base_data(cid) for cid in (0, 1)}
@@ -362,7 +362,7 @@ def test_fedetf_simulation_end_to_end(tmp_path):
 
     out = tmp_path / "run"
     doc = simulate({"method": "fedetf", "dataset": "digits", "partition": "classes", "classes-per-client": 2,
-                    "samples-per-class": 30, "num-server-rounds": 4, "fedetf-warmup-fraction": 0.5,
+                    "samples-per-class": 30, "num-server-rounds": 4, "fedetf.warmup-fraction": 0.5,
                     "local-epochs": 2, "batch-size": 10, "lr": 0.05, "momentum": 0.9,
                     "federated-eval-every": 0, "out-dir": str(out), "seed": 3}, num_supernodes=10)
     rounds = doc["rounds"]

@@ -20,7 +20,7 @@ from flcore.config import ConfigError, RunConfig, load_defaults
 from flcore.records import model_params
 from models import build_model
 from strategies.base import ClientInfo, ClientUpdate
-from strategies.fedbc import FedBCServerConfig, FedBCStrategy
+from strategies.fedbc import FedBCConfig, FedBCStrategy
 from strategies.fedbc_math import (dual_ascent, dual_weighted_average, dual_weights, gamma_step, project,
                                    squared_distance)
 
@@ -181,7 +181,7 @@ def test_round_metrics_vectors_and_state_dict_roundtrip():
     m = s.round_metrics()
     assert m["fedbc-cids"] == [0, 1, 2] and m["fedbc-num-examples"] == [10, 20, 30]
     assert m["fedbc-lambda"][1] == 0.0 and m["fedbc-lambda"][0] > 0 and m["fedbc-lambda"][2] > 0
-    assert m["fedbc-lambda-max"] == max(m["fedbc-lambda"]) and m["fedbc-gamma-min"] == min(m["fedbc-gamma"])
+    assert m["fedbc.lambda-max"] == max(m["fedbc-lambda"]) and m["fedbc-gamma-min"] == min(m["fedbc-gamma"])
     state = json.loads(json.dumps(s.state_dict()))            # plain, JSON-safe values
     t = strategy(3, eta_lambda=0.01)
     t.load_state_dict(state)
@@ -195,9 +195,9 @@ def test_round_metrics_vectors_and_state_dict_roundtrip():
         t.load_state_dict({"rng": state["rng"], "client_accuracy": {}})
 
 
-@pytest.mark.parametrize("key,value", [("fedbc-eta-lambda", -1.0), ("fedbc-lambda-momentum", 1.0),
-                                       ("fedbc-gamma-init", float("nan")), ("fedbc-finetune-steps", -1),
-                                       ("fedbc-maml-inner-lr", 0.0)])
+@pytest.mark.parametrize("key,value", [("fedbc.eta-lambda", -1.0), ("fedbc.lambda-momentum", 1.0),
+                                       ("fedbc.gamma-init", float("nan")), ("fedbc.finetune-steps", -1),
+                                       ("fedbc.maml-inner-lr", 0.0)])
 def test_bad_config_values_name_the_key(key, value):
     cfg = run_cfg(**{key: value})
     with pytest.raises(ConfigError, match=key):
@@ -208,12 +208,12 @@ def test_bad_config_values_name_the_key(key, value):
 
 def test_config_defaults_equal_pyproject_block():
     defaults = load_defaults()
-    c = FedBCServerConfig()
+    c = FedBCConfig()
     for field_name in ("lambda_init", "gamma_init", "eta_lambda", "eta_gamma", "lambda_momentum",
                        "lambda_max", "fix_gamma"):
         assert defaults["fedbc-" + field_name.replace("_", "-")] == getattr(c, "fedbc_" + field_name)
-    from client_app.trainers.fedbc import FedBCClientConfig
-    cc = FedBCClientConfig()
+    from client_app.trainers.fedbc import FedBCConfig
+    cc = FedBCConfig()
     for field_name in ("finetune_steps", "finetune_lr", "maml_inner_steps", "maml_inner_lr"):
         assert defaults["fedbc-" + field_name.replace("_", "-")] == getattr(cc, "fedbc_" + field_name)
 
@@ -296,7 +296,7 @@ def test_missing_or_bad_dual_values_are_errors_naming_key_and_client():
 
 
 def test_finetune_personalizes_a_copy_with_sgd_on_local_training_data():
-    cfg = run_cfg(**{"fedbc-finetune-steps": 2, "fedbc-finetune-lr": 0.5, "batch-size": 12})
+    cfg = run_cfg(**{"fedbc.finetune-steps": 2, "fedbc.finetune-lr": 0.5, "batch-size": 12})
     job = make_job(cfg, {"fedbc-lambda": 0.2, "fedbc-gamma": 0.0})
     tr = FedBCFineTuneTrainer(job)
     reply = tr.run()
@@ -323,7 +323,7 @@ def test_finetune_personalizes_a_copy_with_sgd_on_local_training_data():
 
 def test_per_fedbc_is_a_first_order_maml_step_by_hand():
     alpha, beta, lam, gamma = 0.3, 0.2, 0.4, 0.1
-    cfg = run_cfg(**{"batch-size": 12, "lr": beta, "fedbc-maml-inner-lr": alpha, "fedbc-finetune-steps": 0})
+    cfg = run_cfg(**{"batch-size": 12, "lr": beta, "fedbc.maml-inner-lr": alpha, "fedbc.finetune-steps": 0})
     job = make_job(cfg, {"fedbc-lambda": lam, "fedbc-gamma": gamma})
     x, y = job.data.x_train, job.data.y_train
     z = {n: p.detach().clone() for n, p in job.model.named_parameters()}

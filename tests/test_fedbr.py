@@ -195,7 +195,7 @@ def test_max_step_changes_only_theta_and_is_one_sgd_step_on_minus_lcon():
 
 
 def test_min_step_never_changes_theta():
-    job = make_job({"fedbr-max-step": False})
+    job = make_job({"fedbr.max-step": False})
     before = snapshot(job.model)
     stats = FedBRTrainer(job).fit()
     assert stats.steps == 3
@@ -207,8 +207,8 @@ def test_min_step_never_changes_theta():
 
 def test_one_local_step_equals_algorithm_1_by_hand():
     """Max step on theta with phi^0, then the min step on (phi, omega) with theta^1 (Alg. 1 lines 8-11)."""
-    over = {"fedbr-pseudo": "rsm", "fedbr-pairing": "mean", "batch-size": 32, "max-local-steps": 1,
-            "fedbr-mu": 0.7, "fedbr-lambda": 0.9}
+    over = {"fedbr.pseudo": "rsm", "fedbr.pairing": "mean", "batch-size": 32, "max-local-steps": 1,
+            "fedbr.mu": 0.7, "fedbr.lambda": 0.9}
     job = make_job(over)
     init = copy.deepcopy(job.model)
     trainer = FedBRTrainer(job)
@@ -243,10 +243,10 @@ def test_one_local_step_equals_algorithm_1_by_hand():
 
 @pytest.mark.parametrize("over,kinds", [
     ({}, [PseudoBatch, MaxStep, ContrastiveTerm, PseudoClassTerm]),
-    ({"fedbr-feature-debias": False}, [PseudoBatch, PseudoClassTerm]),          # component 1 only
-    ({"fedbr-classifier-debias": False}, [PseudoBatch, MaxStep, ContrastiveTerm]),  # component 2 only
-    ({"fedbr-max-step": False}, [PseudoBatch, ContrastiveTerm, PseudoClassTerm]),  # without max step
-    ({"fedbr-feature-debias": False, "fedbr-classifier-debias": False}, []),
+    ({"fedbr.feature-debias": False}, [PseudoBatch, PseudoClassTerm]),          # component 1 only
+    ({"fedbr.classifier-debias": False}, [PseudoBatch, MaxStep, ContrastiveTerm]),  # component 2 only
+    ({"fedbr.max-step": False}, [PseudoBatch, ContrastiveTerm, PseudoClassTerm]),  # without max step
+    ({"fedbr.feature-debias": False, "fedbr.classifier-debias": False}, []),
 ])
 def test_ablations_select_terms(over, kinds):
     assert [type(t) for t in FedBRTrainer(make_job(over)).terms()] == kinds
@@ -254,11 +254,11 @@ def test_ablations_select_terms(over, kinds):
 
 def test_pseudo_refresh_once_keeps_rsm_in_client_state_round_rebuilds():
     state = ClientState(RecordDict(), 0)
-    j1 = make_job({"fedbr-pseudo": "rsm"}, server_round=1, state=state)
+    j1 = make_job({"fedbr.pseudo": "rsm"}, server_round=1, state=state)
     x1, _ = FedBRTrainer(j1).pseudo_source()[0]()
-    x2, _ = FedBRTrainer(make_job({"fedbr-pseudo": "rsm"}, server_round=2, state=state)).pseudo_source()[0]()
+    x2, _ = FedBRTrainer(make_job({"fedbr.pseudo": "rsm"}, server_round=2, state=state)).pseudo_source()[0]()
     assert torch.equal(x1, x2) and STATE_KEY in state.keys()
-    r = {"fedbr-pseudo": "rsm", "fedbr-pseudo-refresh": "round"}
+    r = {"fedbr.pseudo": "rsm", "fedbr.pseudo-refresh": "round"}
     y1, _ = FedBRTrainer(make_job(r, server_round=1)).pseudo_source()[0]()
     y2, _ = FedBRTrainer(make_job(r, server_round=2)).pseudo_source()[0]()
     assert not torch.equal(y1, y2)
@@ -275,7 +275,7 @@ def test_mixup_option_trains_and_full_fedbr_learns_on_a_separable_task():
     y = torch.arange(n) % C
     x = torch.randn(n, 1, 4, 4, generator=gen) * 0.3
     x[:, 0, 0, :] += 2.0 * F.one_hot(y, 4)[:, :4].float()  # class c lights up pixel (0, c)
-    for over in ({}, {"fedbr-mixup": True}):
+    for over in ({}, {"fedbr.mixup": True}):
         job = make_job({"local-epochs": 15, "batch-size": 16, **over}, n=n)
         job.data = ClientData(x, y, x, y, C)
         trainer = FedBRTrainer(job)
@@ -291,12 +291,12 @@ def test_config_defaults_match_pyproject_and_bad_values_name_the_key():
     defaults = {k: v for k, v in load_defaults().items() if k.startswith("fedbr-")}
     assert method_config(FedBRConfig, defaults) == FedBRConfig()
     assert len(defaults) == len(FedBRConfig.__dataclass_fields__)
-    with pytest.raises(ConfigError, match="fedbr-tau1"):
-        method_config(FedBRConfig, {"fedbr-tau1": 0.0})
-    with pytest.raises(ConfigError, match="fedbr-pseudo'"):
-        method_config(FedBRConfig, {"fedbr-pseudo": "gan"})
-    with pytest.raises(ConfigError, match="fedbr-mu"):
-        method_config(FedBRConfig, {"fedbr-mu": "a lot"})
+    with pytest.raises(ConfigError, match="fedbr.tau1"):
+        method_config(FedBRConfig, {"fedbr.tau1": 0.0})
+    with pytest.raises(ConfigError, match="fedbr.pseudo'"):
+        method_config(FedBRConfig, {"fedbr.pseudo": "gan"})
+    with pytest.raises(ConfigError, match="fedbr.mu"):
+        method_config(FedBRConfig, {"fedbr.mu": "a lot"})
 
 
 def test_server_averages_deltas_uniformly():
@@ -311,10 +311,10 @@ def test_server_averages_deltas_uniformly():
     strat = FedBRStrategy(cfg)
     assert np.allclose(strat.aggregate(1, g, updates)["w"], [1.0, 2.0])  # n_k ignored
     assert strat.round_metrics() == {"fedbr-con-loss": 1.0}
-    weighted = FedBRStrategy(RunConfig.from_dict({"method": "fedbr", "fedbr-weighting": "samples"}))
+    weighted = FedBRStrategy(RunConfig.from_dict({"method": "fedbr", "fedbr.weighting": "samples"}))
     assert np.allclose(weighted.aggregate(1, g, updates)["w"], [(2 + 10 + 0) / 111, (1 + 40 + 100) / 111])
-    with pytest.raises(ConfigError, match="fedbr-weighting"):
-        FedBRStrategy(RunConfig.from_dict({"method": "fedbr", "fedbr-weighting": "median"}))
+    with pytest.raises(ConfigError, match="fedbr.weighting"):
+        FedBRStrategy(RunConfig.from_dict({"method": "fedbr", "fedbr.weighting": "median"}))
 
 
 # ------------------------------------------------------------------------------------------------ end to end

@@ -43,7 +43,7 @@ def test_server_update_by_hand():
 
 
 def test_h_equals_mean_of_client_gradient_states_over_rounds():
-    cfg = make_cfg(method="feddyn", feddyn_alpha=0.1)
+    cfg = make_cfg(method="feddyn", alpha=0.1)
     datas = {cid: make_data(cid) for cid in range(4)}
     states = {cid: RecordDict() for cid in datas}
     strategy = FedDynStrategy(cfg)
@@ -60,7 +60,7 @@ def test_h_equals_mean_of_client_gradient_states_over_rounds():
 
 def test_second_round_uses_the_regulariser():
     """With a non-zero gradient state the local solution differs from plain SGD by the linear term."""
-    cfg = make_cfg(method="feddyn", feddyn_alpha=0.1)
+    cfg = make_cfg(method="feddyn", alpha=0.1)
     data = {0: make_data(0)}
     strategy = FedDynStrategy(cfg)
     register(strategy, data)
@@ -71,7 +71,7 @@ def test_second_round_uses_the_regulariser():
 
 
 def test_aggregate_and_state_round_trip():
-    cfg = make_cfg(method="feddyn", feddyn_alpha=0.5)
+    cfg = make_cfg(method="feddyn", alpha=0.5)
     strategy = FedDynStrategy(cfg)
     register(strategy, {i: make_data(i) for i in range(4)})
     params = {"w": np.zeros(2, np.float32), "n": np.array(3, np.int64)}
@@ -84,5 +84,5 @@ def test_aggregate_and_state_round_trip():
     other = FedDynStrategy(cfg)
     other.load_state_dict(strategy.state_dict())
     np.testing.assert_allclose(other.h["w"], strategy.h["w"])
-    with pytest.raises(ConfigError, match="feddyn-alpha"):
-        FedDynStrategy(make_cfg(method="feddyn", feddyn_alpha=0.0))
+    with pytest.raises(ConfigError, match="feddyn.alpha"):
+        FedDynStrategy(make_cfg(method="feddyn", alpha=0.0))

@@ -18,7 +18,7 @@ def updates(*models):
 
 
 def cfg(method, **kw):
-    base = dict(fedopt_eta=0.1, fedopt_tau=0.01, fedopt_beta1=0.9, fedopt_beta2=0.99)
+    base = dict(eta=0.1, tau=0.01, beta1=0.9, beta2=0.99)
     base.update(kw)
     return make_cfg(method=method, **base)
 
@@ -61,7 +61,7 @@ def test_second_moment_rules():
 
 
 def test_bias_correction_option():
-    s = FedAdamStrategy(cfg("fedadam", fedopt_bias_correction=True))
+    s = FedAdamStrategy(cfg("fedadam", bias_correction=True))
     new = s.aggregate(1, X, updates(([3.0, -2.0], 1)))  # delta = [2, 0]
     m_hat = 0.1 * np.array([2.0, 0.0]) / 0.1
     v_hat = (0.99 * 1e-4 + 0.01 * np.array([4.0, 0.0])) / 0.01
@@ -79,7 +79,7 @@ def test_resume_gives_the_same_next_step():
 
 
 def test_bad_values_name_the_key():
-    with pytest.raises(ConfigError, match="fedopt-beta1"):
-        FedAdamStrategy(cfg("fedadam", fedopt_beta1=1.0))
-    with pytest.raises(ConfigError, match="fedopt-tau"):
-        FedYogiStrategy(cfg("fedyogi", fedopt_tau=0.0))
+    with pytest.raises(ConfigError, match="fedopt.beta1"):
+        FedAdamStrategy(cfg("fedadam", beta1=1.0))
+    with pytest.raises(ConfigError, match="fedopt.tau"):
+        FedYogiStrategy(cfg("fedyogi", tau=0.0))

@@ -56,7 +56,7 @@ def test_mu_zero_is_fedavg_training_and_mu_pulls_towards_global():
 
     def train(trainer_cls, mu):
         job = make_job(cfg, 0, 1, params, data, RecordDict())
-        job.config = {"proximal-mu": mu}
+        job.config = {"fedprox.mu": mu}
         reply = trainer_cls(job).run()
         return reply.params
 
@@ -73,20 +73,20 @@ def test_mu_zero_is_fedavg_training_and_mu_pulls_towards_global():
 
 
 def test_strategy_sends_mu_and_trainer_uses_it():
-    cfg = make_cfg(method="fedprox", proximal_mu=0.3)
+    cfg = make_cfg(method="fedprox", mu=0.3)
     strategy = FedProxStrategy(cfg)
     trainer, _ = run_client(cfg, strategy, 2, 1, initial_params(cfg), make_data(2), RecordDict())
-    assert trainer.job.config["proximal-mu"] == pytest.approx(0.3)
+    assert trainer.job.config["fedprox.mu"] == pytest.approx(0.3)
     assert trainer.mu == pytest.approx(0.3)
 
 
 def test_bad_mu_is_a_config_error():
-    with pytest.raises(ConfigError, match="proximal-mu"):
-        FedProxStrategy(make_cfg(method="fedprox", proximal_mu=-1.0))
+    with pytest.raises(ConfigError, match="fedprox.mu"):
+        FedProxStrategy(make_cfg(method="fedprox", mu=-1.0))
     cfg = make_cfg(method="fedprox")
     job = make_job(cfg, 0, 1, initial_params(cfg), make_data(0), RecordDict())
-    job.config = {"proximal-mu": float("nan")}
-    with pytest.raises(ConfigError, match="proximal-mu"):
+    job.config = {"fedprox.mu": float("nan")}
+    with pytest.raises(ConfigError, match="fedprox.mu"):
         FedProxTrainer(job)
 
 

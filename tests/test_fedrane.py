@@ -17,7 +17,7 @@ from flcore.records import model_params
 from models import build_model
 from strategies.aggregation import weighted_average
 from strategies.base import ClientUpdate
-from strategies.fedrane import GNEConfig, GNEStrategy, step_coefficients
+from strategies.fedrane import FedRANEConfig, GNEStrategy, step_coefficients
 from flcore.config import method_config
 
 
@@ -148,9 +148,9 @@ def test_warm_start_state_roundtrip():
 
 
 def test_gne_config_errors_name_the_key():
-    for key, value in (("gne-solver", "lbfgs"), ("gne-scale", "unit"), ("gne-server-lr", 0.0), ("gne-max-iter", 0)):
+    for key, value in (("fedrane.gne-solver", "lbfgs"), ("fedrane.gne-scale", "unit"), ("fedrane.gne-server-lr", 0.0), ("fedrane.gne-max-iter", 0)):
         with pytest.raises(ConfigError, match=key):
-            method_config(GNEConfig, {key: value})
+            method_config(FedRANEConfig, {key: value})
 
 
 # ------------------------------------------------------------------------------------------ client side
@@ -202,7 +202,7 @@ def test_fedrane_simulation_learns(tmp_path):
 
     doc = simulate({"method": "fedrane", "dataset": "digits", "model": "convnet", "num-server-rounds": 3,
                     "partition": "dirichlet", "dirichlet-alpha": 0.5, "local-epochs": 2, "batch-size": 64,
-                    "lr": 0.1, "lra-graph": "closed-form", "out-dir": str(tmp_path), "checkpoint": False},
+                    "lr": 0.1, "fedrane.lra-graph": "closed-form", "out-dir": str(tmp_path), "checkpoint": False},
                    num_supernodes=4)
     rounds = doc["rounds"]
     assert len(rounds) == 3

@@ -55,7 +55,7 @@ def test_discriminator_loss_uses_each_members_client_index():
     assert swapped == pytest.approx(-math.log(0.6) - (math.log(0.1) + math.log(0.1)) / 2, abs=1e-6)
     # no other member: only the own term
     assert discriminator_loss(own, 2, other[:0], []).item() == pytest.approx(-math.log(0.6), abs=1e-6)
-    with pytest.raises(ValueError, match="fedufo-num-clients"):
+    with pytest.raises(ValueError, match="fedufo.num-clients"):
         discriminator_loss(own, 4, other, [0, 3])
     # batch mean over rows
     own2 = torch.cat([own, torch.log(torch.tensor([[0.25, 0.25, 0.25, 0.25]]))])
@@ -98,28 +98,28 @@ def test_config_defaults_match_pyproject_and_errors_name_the_key():
     defaults = resolve_run_config({})
     ufo = method_config(FedUFOConfig, defaults)
     assert ufo == FedUFOConfig()
-    assert ufo.fedufo_cgl_lambda == 3.0 and ufo.losses == {"uad", "cgr", "cgl"}
+    assert ufo.cgl_lambda == 3.0 and ufo.losses == {"uad", "cgr", "cgl"}
     assert parse_losses("cgl") == {"cgl"} and parse_losses("none") == frozenset()
-    with pytest.raises(ConfigError, match="fedufo-losses"):
-        method_config(FedUFOConfig, {"fedufo-losses": "uad,gan"})
-    with pytest.raises(ConfigError, match="fedufo-posterior-init"):
-        method_config(FedUFOConfig, {"fedufo-posterior-init": "random"})
-    with pytest.raises(ConfigError, match="fedufo-num-clients"):
-        method_config(FedUFOConfig, {"fedufo-num-clients": 1})
+    with pytest.raises(ConfigError, match="fedufo.losses"):
+        method_config(FedUFOConfig, {"fedufo.losses": "uad,gan"})
+    with pytest.raises(ConfigError, match="fedufo.posterior-init"):
+        method_config(FedUFOConfig, {"fedufo.posterior-init": "random"})
+    with pytest.raises(ConfigError, match="fedufo.num-clients"):
+        method_config(FedUFOConfig, {"fedufo.num-clients": 1})
 
 
 def test_stage_schedule_and_relay_need():
-    ufo = FedUFOConfig(fedufo_stage_one_fraction=0.4)
+    ufo = FedUFOConfig(stage_one_fraction=0.4)
     assert [stage_of(r, 10, ufo) for r in range(1, 11)] == [1] * 4 + [2] * 6
     assert active_terms(1, ufo) == {"uad", "disc"}
     assert active_terms(2, ufo) == {"uad", "cgr", "cgl"}
     assert needs_relay(1, ufo) and needs_relay(2, ufo)
-    cgl_only = FedUFOConfig(fedufo_losses="cgl")
+    cgl_only = FedUFOConfig(losses_="cgl")
     assert all(stage_of(r, 10, cgl_only) == 2 for r in range(1, 11))
     assert active_terms(2, cgl_only) == {"cgl"} and not needs_relay(2, cgl_only)
-    uad_only = FedUFOConfig(fedufo_losses="uad")
+    uad_only = FedUFOConfig(losses_="uad")
     assert needs_relay(1, uad_only) and not needs_relay(2, uad_only)  # stage two: frozen D, no priors
-    assert needs_relay(2, FedUFOConfig(fedufo_losses="uad", fedufo_disc_train_stage_two=True))
+    assert needs_relay(2, FedUFOConfig(losses_="uad", disc_train_stage_two=True))
 
 
 # ============================================================================ relay content
@@ -165,7 +165,7 @@ def test_dynamic_sampling_takes_the_worst_half_plus_random_others():
 
 # ============================================================================ client phases
 def _cfg(**extra) -> RunConfig:
-    values = resolve_run_config({"method": "fedufo", "dataset": "digits", "model": "mlp", "fedufo-num-clients": 4,
+    values = resolve_run_config({"method": "fedufo", "dataset": "digits", "model": "mlp", "fedufo.num-clients": 4,
                                  "batch-size": 16, "lr": 0.05, "local-epochs": 2, "num-server-rounds": 4,
                                  **extra})
     return RunConfig.from_dict(values)
@@ -217,7 +217,7 @@ def test_prior_then_posterior_phases_train_model_and_discriminator():
 
 def test_discriminator_learns_client_ids_from_prior_features():
     """Many D steps on fixed features: D's accuracy on its own client id rises (L^d_cls is minimised)."""
-    cfg = _cfg(**{"local-epochs": 15, "fedufo-disc-lr": 0.1})
+    cfg = _cfg(**{"local-epochs": 15, "fedufo.disc-lr": 0.1})
     theta = dict(model_params(build_model(cfg, (1, 8, 8), 10)))
     priors = {c: FedUFOTrainer(_job(cfg, c, "train.prior", theta)).run().params for c in (0, 3)}
     relay = relay_records([0, 3], priors, {0: [1] * 10, 3: [1] * 10})
@@ -229,7 +229,7 @@ def test_discriminator_learns_client_ids_from_prior_features():
 
 
 def test_cgl_only_posterior_needs_no_relay_and_missing_relay_is_an_error():
-    cfg = _cfg(**{"fedufo-losses": "cgl"})
+    cfg = _cfg(**{"fedufo.losses": "cgl"})
     theta = dict(model_params(build_model(cfg, (1, 8, 8), 10)))
     reply = FedUFOTrainer(_job(cfg, 0, "train", theta, stage=2)).run()
     assert reply.metrics["fedufo-cgl-loss"] >= 0 and "fedufo-uniform-loss" not in reply.metrics
@@ -239,7 +239,7 @@ def test_cgl_only_posterior_needs_no_relay_and_missing_relay_is_an_error():
     full = _cfg()
     with pytest.raises(ValueError, match="relay"):
         FedUFOTrainer(_job(full, 0, "train", dict(model_params(build_model(full, (1, 8, 8), 10))), stage=1)).run()
-    with pytest.raises(ConfigError, match="fedufo-num-clients"):
+    with pytest.raises(ConfigError, match="fedufo.num-clients"):
         FedUFOTrainer(_job(cfg, 9, "train", theta, stage=2))   # id 9 but D has 4 outputs
 
 
@@ -297,7 +297,7 @@ def test_simulation_fedufo_learns_relays_and_switches_stage(tmp_path):
     from experiments.simulate import simulate
 
     over = {"method": "fedufo", "dataset": "digits", "partition": "shards", "num-server-rounds": 4,
-            "fedufo-num-clients": 6, "fraction-train": 0.5, "local-epochs": 2, "lr": 0.1,
+            "fedufo.num-clients": 6, "fraction-train": 0.5, "local-epochs": 2, "lr": 0.1,
             "federated-eval-every": 1, "out-dir": str(tmp_path)}
     doc = simulate(over, num_supernodes=6)
     rounds = doc["rounds"]

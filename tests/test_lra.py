@@ -10,7 +10,7 @@ import torch
 
 from flcore.config import ConfigError, RunConfig, method_config, resolve_run_config
 from models import build_model
-from models.lra import (AttentiveMessagePassing, LRAConfig, LRANeck, batch_graph, contrastive_discrimination,
+from models.lra import (AttentiveMessagePassing, FedRANEConfig, LRANeck, batch_graph, contrastive_discrimination,
                         inverse_sqrt_gram, neighbour_mask, pearson_matrix, relational_adjacency,
                         slim_alternating, slim_b_step, slim_closed_form, slim_objective)
 
@@ -177,10 +177,10 @@ def test_neck_train_and_eval_modes():
     assert torch.all(torch.isfinite(one))
     ident = build_model(cfg(lra_eval="identity"), (1, 8, 8), 10).neck.eval()
     assert torch.equal(ident(z), z)
-    mixed = LRANeck(64, LRAConfig(lra_alpha=0.25))
+    mixed = LRANeck(64, FedRANEConfig(lra_alpha=0.25))
     zh = mixed.augment(z)
     assert torch.allclose(mixed(z), 0.25 * z + 0.75 * zh)
-    literal = LRANeck(64, LRAConfig(lra_residual=False))      # Eq. 5 exactly: no residual term
+    literal = LRANeck(64, FedRANEConfig(lra_residual=False))      # Eq. 5 exactly: no residual term
     mask = batch_graph(z, literal.cfg)
     assert torch.allclose(literal.augment(z), literal.layers[0](z, mask))
 
@@ -199,21 +199,21 @@ def test_gradients_reach_extractor_and_attention():
 
 def test_batch_graph_modes_and_topk():
     z = features(n=30)
-    dense = batch_graph(z, LRAConfig())
+    dense = batch_graph(z, FedRANEConfig())
     assert not torch.any(torch.diagonal(dense))
     assert int(dense.sum()) == 30 * 29                        # SLIM weights are dense: N_i = all j != i
-    sparse = batch_graph(z, LRAConfig(lra_topk=4, lra_graph="closed-form"))
+    sparse = batch_graph(z, FedRANEConfig(lra_topk=4, lra_graph="closed-form"))
     assert torch.all(sparse.sum(1) >= 4) and not torch.any(torch.diagonal(sparse))
 
 
 def test_config_errors_name_the_key():
-    with pytest.raises(ConfigError, match="lra-graph"):
-        method_config(LRAConfig, {"lra-graph": "knn"})
-    with pytest.raises(ConfigError, match="lra-eval"):
-        method_config(LRAConfig, {"lra-eval": "sometimes"})
-    with pytest.raises(ConfigError, match="lra-tau"):
-        method_config(LRAConfig, {"lra-tau": 0.0})
-    with pytest.raises(ConfigError, match="lra-alpha"):
-        method_config(LRAConfig, {"lra-alpha": 1.5})
-    with pytest.raises(ConfigError, match="lra-steps"):
-        method_config(LRAConfig, {"lra-steps": 0})
+    with pytest.raises(ConfigError, match="fedrane.lra-graph"):
+        method_config(FedRANEConfig, {"fedrane.lra-graph": "knn"})
+    with pytest.raises(ConfigError, match="fedrane.lra-eval"):
+        method_config(FedRANEConfig, {"fedrane.lra-eval": "sometimes"})
+    with pytest.raises(ConfigError, match="fedrane.lra-tau"):
+        method_config(FedRANEConfig, {"fedrane.lra-tau": 0.0})
+    with pytest.raises(ConfigError, match="fedrane.lra-alpha"):
+        method_config(FedRANEConfig, {"fedrane.lra-alpha": 1.5})
+    with pytest.raises(ConfigError, match="fedrane.lra-steps"):
+        method_config(FedRANEConfig, {"fedrane.lra-steps": 0})

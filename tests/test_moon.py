@@ -33,13 +33,13 @@ def test_loss_hand_example_batch_mean():
 
 
 def test_projection_head_hook_and_config():
-    cfg = make_cfg(method="moon", moon_proj_dim=5)
+    cfg = make_cfg(method="moon", proj_dim=5)
     model = make_model(cfg)
     proj = model.extras["proj"]
     assert proj(torch.zeros(2, model.feature_dim)).shape == (2, 5)
     assert any(k.startswith("extras.proj.") for k in model.state_dict())  # averaged with the model
-    with pytest.raises(ConfigError, match="moon-tau"):
-        make_model(make_cfg(method="moon", moon_tau=0.0))
+    with pytest.raises(ConfigError, match="moon.tau"):
+        make_model(make_cfg(method="moon", tau=0.0))
 
 
 def test_first_participation_trains_like_fedavg_and_stores_local_model():
@@ -57,7 +57,7 @@ def test_first_participation_trains_like_fedavg_and_stores_local_model():
 
 
 def test_term_value_with_previous_model_matches_formula():
-    cfg = make_cfg(method="moon", moon_mu=2.0, moon_tau=0.5)
+    cfg = make_cfg(method="moon", mu=2.0, tau=0.5)
     params, data = initial_params(cfg), make_data(1)
     state = RecordDict()
     prev_model = make_model(cfg)
@@ -88,7 +88,7 @@ def test_term_value_with_previous_model_matches_formula():
 
 
 def test_contrastive_term_changes_training_from_second_participation():
-    cfg = make_cfg(method="moon", moon_mu=5.0, local_epochs=2)
+    cfg = make_cfg(method="moon", mu=5.0, local_epochs=2)
     params, data = initial_params(cfg), make_data(2)
     state = RecordDict()
     MoonTrainer(make_job(cfg, 0, 1, params, data, state)).run()

@@ -46,7 +46,7 @@ def test_larger_q_moves_towards_the_high_loss_client():
 
 
 def test_strategy_uses_the_global_models_train_split_loss_and_lr():
-    cfg = make_cfg(method="qfedavg", qfedavg_q=1.0, lr=0.5)
+    cfg = make_cfg(method="qfedavg", q=1.0, lr=0.5)
     s = QFedAvgStrategy(cfg)
     # the local-test loss and the in-training loss are present but must not matter
     ups = [ClientUpdate(0, CLIENTS[0], 5, {"global-model-train-loss": 1.0, "global-model-local-loss": 50.0,
@@ -85,5 +85,5 @@ def test_reply_without_a_usable_loss_is_rejected():
     updates, rejected = s.collect_updates(1, {7: SimpleNamespace(content=bad), 8: SimpleNamespace(content=nan)}, W)
     assert updates == [] and [f.cid for f in rejected] == [7, 8]
     assert "missing" in rejected[0].reason and "finite" in rejected[1].reason
-    with pytest.raises(ConfigError, match="qfedavg-q"):
-        QFedAvgStrategy(make_cfg(method="qfedavg", qfedavg_q=-0.1))
+    with pytest.raises(ConfigError, match="qfedavg.q"):
+        QFedAvgStrategy(make_cfg(method="qfedavg", q=-0.1))

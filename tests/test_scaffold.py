@@ -74,7 +74,7 @@ def test_correction_adds_c_minus_c_i_to_gradients():
 
 def _client_round(option: str, c_value: float, c_i_value: float, **cfg_over):
     """One SCAFFOLD client call with constant-valued c and c_i; returns (trainer, new c_i)."""
-    cfg = make_cfg(method="scaffold", scaffold_option=option, **cfg_over)
+    cfg = make_cfg(method="scaffold", option=option, **cfg_over)
     params = initial_params(cfg)
     strategy = ScaffoldStrategy(cfg)
     strategy.train_content(1, 0, params)
@@ -186,9 +186,9 @@ def test_state_dict_round_trip_and_config_errors():
     other = ScaffoldStrategy(cfg)
     other.load_state_dict(strategy.state_dict())
     np.testing.assert_array_equal(other.c["w"], [1.5, -2.0])
-    with pytest.raises(ConfigError, match="scaffold-option"):
-        ScaffoldStrategy(make_cfg(method="scaffold", scaffold_option="III"))
-    with pytest.raises(ConfigError, match="server-lr"):
+    with pytest.raises(ConfigError, match="scaffold.option"):
+        ScaffoldStrategy(make_cfg(method="scaffold", option="III"))
+    with pytest.raises(ConfigError, match="scaffold.server-lr"):
         ScaffoldStrategy(make_cfg(method="scaffold", server_lr=0.0))
 
 

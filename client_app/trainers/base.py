@@ -14,7 +14,7 @@ from __future__ import annotations
 
 import copy
 from dataclasses import dataclass, field
-from typing import Any
+from typing import Any, Mapping
 
 import numpy as np
 import torch
@@ -85,7 +85,7 @@ class Trainer:
 
     def optim_config(self) -> OptimConfig:
         c = self.cfg
-        return OptimConfig(lr=float(self.job.config.get("lr", c.lr)), epochs=c.local_epochs,
+        return OptimConfig(lr=c.lr, epochs=c.local_epochs,
                            batch_size=c.batch_size, momentum=c.momentum, weight_decay=c.weight_decay,
                            max_steps=c.max_local_steps)
 
@@ -130,6 +130,22 @@ class Trainer:
         metrics.update(before)
         metrics.update(self.extra_metrics(stats))
         return TrainReply(self.reply_params(), metrics, self.extra_records())
+
+
+def trainable_pairs(model: torch.nn.Module, reference: Mapping[str, torch.Tensor],
+                    what: str) -> list[tuple[str, torch.nn.Parameter, torch.Tensor]]:
+    """(name, parameter, reference tensor on the parameter's device) for every trainable parameter."""
+    out = []
+    for name, p in model.named_parameters():
+        if not p.requires_grad:
+            continue
+        if name not in reference:
+            raise KeyError(f"{what}: no reference tensor for parameter '{name}'")
+        ref = torch.as_tensor(reference[name]).to(device=p.device, dtype=p.dtype)
+        if ref.shape != p.shape:
+            raise ValueError(f"{what}: tensor '{name}' has shape {tuple(ref.shape)}, expected {tuple(p.shape)}")
+        out.append((name, p, ref.detach()))
+    return out
 
 
 def frozen_copy(model: torch.nn.Module) -> torch.nn.Module:

@@ -19,7 +19,6 @@ from __future__ import annotations
 
 import copy
 import math
-from dataclasses import dataclass
 
 import torch
 import torch.nn.functional as F
@@ -27,35 +26,7 @@ from torch import nn
 
 from client_app.trainers.base import Trainer, TrainJob
 from client_app.training import LossTerm, OptimConfig, Step, TrainStats, evaluate, local_train, minibatches
-from flcore.config import ConfigError, method_config
-
-LAMBDA_KEY = "fedbc-lambda"
-GAMMA_KEY = "fedbc-gamma"
-
-
-@dataclass(frozen=True)
-class FedBCClientConfig:
-    """Client-side FedBC keys.
-
-    fedbc-finetune-steps:    SGD steps of the P-FL fine-tuning (FedBC-FineTune, Per-FedBC); authors' code: 1.
-    fedbc-finetune-lr:       its step size (authors' ``inner_lr`` = 0.01).
-    fedbc-maml-inner-steps:  K inner steps per Per-FedBC step (authors' ``K`` = 1).
-    fedbc-maml-inner-lr:     alpha of the inner step (authors' ``inner_lr`` = 0.01; outer beta = ``lr``).
-    """
-
-    fedbc_finetune_steps: int = 1
-    fedbc_finetune_lr: float = 0.01
-    fedbc_maml_inner_steps: int = 1
-    fedbc_maml_inner_lr: float = 0.01
-
-    def validate(self) -> None:
-        if self.fedbc_finetune_steps < 0:
-            raise ConfigError(f"run-config key 'fedbc-finetune-steps' must be >= 0, got {self.fedbc_finetune_steps}")
-        if self.fedbc_maml_inner_steps < 1:
-            raise ConfigError(f"run-config key 'fedbc-maml-inner-steps' must be >= 1, got {self.fedbc_maml_inner_steps}")
-        for key, value in (("fedbc-finetune-lr", self.fedbc_finetune_lr), ("fedbc-maml-inner-lr", self.fedbc_maml_inner_lr)):
-            if not (math.isfinite(value) and value > 0):
-                raise ConfigError(f"run-config key '{key}' must be finite and > 0, got {value}")
+from flcore.methods.fedbc import GAMMA_KEY, LAMBDA_KEY, LOCAL_ACC, SQ_DIST, FedBCConfig
 
 
 def dual_variables(job: TrainJob) -> tuple[float, float]:
@@ -165,7 +136,7 @@ class FedBCTrainer(Trainer):
 
     def __init__(self, job: TrainJob) -> None:
         super().__init__(job)
-        self.hp = method_config(FedBCClientConfig, job.cfg.raw)
+        self.hp = job.cfg.section(FedBCConfig)
         self.lam, self.gamma = dual_variables(job)
         self.penalty = LagrangianPenalty(self.anchor(), self.lam, self.gamma)
 
@@ -188,15 +159,14 @@ class FedBCTrainer(Trainer):
         with torch.no_grad():
             dist = float(squared_distance(self.job.model, self.penalty.anchor))
         _, acc = evaluate(self.job.model, d.x_test, d.y_test)
-        return {"fedbc-sq-dist": dist, LAMBDA_KEY: self.lam, GAMMA_KEY: self.gamma,
-                "fedbc-local-model-accuracy": acc}
+        return {SQ_DIST: dist, LAMBDA_KEY: self.lam, GAMMA_KEY: self.gamma, LOCAL_ACC: acc}
 
 
 class FedBCFineTuneTrainer(FedBCTrainer):
     """FedBC-FineTune: P-FL on the local model fine-tuned a few steps on local training data."""
 
     def personalized(self) -> nn.Module:
-        return fine_tuned(self.job.model, self.job, self.hp.fedbc_finetune_steps, self.hp.fedbc_finetune_lr, self.forward)
+        return fine_tuned(self.job.model, self.job, self.hp.finetune_steps, self.hp.finetune_lr, self.forward)
 
 
 class PerFedBCTrainer(FedBCTrainer):
@@ -204,11 +174,11 @@ class PerFedBCTrainer(FedBCTrainer):
 
     def terms(self) -> list[LossTerm]:
         d = self.job.data
-        return [FirstOrderMAML(d.x_train, d.y_train, self.cfg.batch_size, self.hp.fedbc_maml_inner_lr,
-                               self.hp.fedbc_maml_inner_steps, self.penalty, self.job.generator, self.forward)]
+        return [FirstOrderMAML(d.x_train, d.y_train, self.cfg.batch_size, self.hp.maml_inner_lr,
+                               self.hp.maml_inner_steps, self.penalty, self.job.generator, self.forward)]
 
     def personalized(self) -> nn.Module:
         """The received global (meta) model, adapted on local training data."""
         meta = copy.deepcopy(self.job.model)
         meta.load_state_dict(self.job.global_params)
-        return fine_tuned(meta, self.job, self.hp.fedbc_finetune_steps, self.hp.fedbc_finetune_lr, self.forward)
+        return fine_tuned(meta, self.job, self.hp.finetune_steps, self.hp.finetune_lr, self.forward)

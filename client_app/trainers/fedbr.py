@@ -24,7 +24,6 @@ The min step's optimizer gets every parameter except theta (``params=`` of local
 
 from __future__ import annotations
 
-from dataclasses import dataclass
 from typing import Callable
 
 import numpy as np
@@ -33,98 +32,10 @@ import torch.nn.functional as F
 from torch import nn
 
 from client_app.trainers.base import Trainer, frozen_copy
-from client_app.trainers.fedbr_pseudo import (PAIRINGS, PROXY_KINDS, contrastive_loss, mixture_pseudo_data,
+from client_app.trainers.fedbr_pseudo import (contrastive_loss, mixture_pseudo_data,
                                               mixup, proxy_samples, rsm_pseudo_data, soft_cross_entropy)
 from client_app.training import LossTerm, Step, TrainStats, local_train
-from flcore.config import ConfigError, RunConfig, method_config
-from models.base import FLModel
-
-PSEUDO_KINDS = ("mixture", "rsm")
-REFRESH = ("once", "round")
-WEIGHTINGS = ("uniform", "samples")
-STATE_KEY = "fedbr-rsm"
-
-
-@dataclass(frozen=True)
-class FedBRConfig:
-    """FedBR's run-config keys (``fedbr-*``); defaults follow the paper / the authors' code.
-
-    fedbr_mu:        weight of L_con in the min step, Eq. (3) (authors' code: 0.5).
-    fedbr_lambda:    weight of the pseudo-data classification loss, Eq. (3) (authors' code: 1.0).
-    fedbr_tau1/2:    temperatures of Eqs. (5)/(6) (authors' code multiplies sim by 2.0, i.e. tau = 0.5).
-    fedbr_pseudo:    "mixture" (Eq. 4, the authors' default) or "rsm" (random sample mean, label 1/C).
-    fedbr_pseudo_size: |D_p| (paper: the batch size, 32).
-    fedbr_rsm_size:  how many local samples one RSM sample averages (authors' code: 10).
-    fedbr_mixture_k: K in Eq. (4): local samples mixed into each proxy sample, redrawn every step (default 1).
-    fedbr_pseudo_refresh: "once" ("transfer once", Fig. 6b: RSM built at a client's first round and kept in
-                     client state; Mixture's proxy set fixed for the run) or "round" (rebuilt every round).
-    fedbr_proxy:     the shared proxy set of Mixture: "smooth-noise" or "white-noise" (see proxy_samples).
-    fedbr_pairing:   which real feature a pseudo sample meets in f2: "index" | "all-pairs" | "mean".
-    fedbr_classifier_debias: component 1 (the pseudo-data classification term).
-    fedbr_feature_debias:    component 2 (the L_con term of the min step; with the max step if enabled).
-    fedbr_max_step:  run the max step (Table 4 "w/o max step" = false); only used with feature debiasing.
-    fedbr_mixup / fedbr_mixup_alpha: "FedBR + Mixup": mixup on the real batch, lam ~ Beta(alpha, alpha).
-    fedbr_proj_lr:   learning rate of the max step (0 = the run's lr, as in the authors' code).
-    fedbr_weighting: server averaging: "uniform" (Alg. 1 lines 13-15) or "samples" (n_k-weighted).
-    """
-
-    fedbr_mu: float = 0.5
-    fedbr_lambda: float = 1.0
-    fedbr_tau1: float = 0.5
-    fedbr_tau2: float = 0.5
-    fedbr_pseudo: str = "mixture"
-    fedbr_pseudo_size: int = 32
-    fedbr_rsm_size: int = 10
-    fedbr_mixture_k: int = 1
-    fedbr_pseudo_refresh: str = "once"
-    fedbr_proxy: str = "smooth-noise"
-    fedbr_pairing: str = "index"
-    fedbr_classifier_debias: bool = True
-    fedbr_feature_debias: bool = True
-    fedbr_max_step: bool = True
-    fedbr_mixup: bool = False
-    fedbr_mixup_alpha: float = 0.2
-    fedbr_proj_lr: float = 0.0
-    fedbr_weighting: str = "uniform"
-
-    def validate(self) -> None:
-        for key, val in (("fedbr-mu", self.fedbr_mu), ("fedbr-lambda", self.fedbr_lambda),
-                         ("fedbr-mixture-k", self.fedbr_mixture_k), ("fedbr-proj-lr", self.fedbr_proj_lr)):
-            if not val >= 0:
-                raise ConfigError(f"run-config key '{key}' must be >= 0, got {val}")
-        for key, val in (("fedbr-tau1", self.fedbr_tau1), ("fedbr-tau2", self.fedbr_tau2),
-                         ("fedbr-pseudo-size", self.fedbr_pseudo_size), ("fedbr-rsm-size", self.fedbr_rsm_size),
-                         ("fedbr-mixup-alpha", self.fedbr_mixup_alpha)):
-            if not val > 0:
-                raise ConfigError(f"run-config key '{key}' must be > 0, got {val}")
-        for key, val, allowed in (("fedbr-pseudo", self.fedbr_pseudo, PSEUDO_KINDS),
-                                  ("fedbr-pseudo-refresh", self.fedbr_pseudo_refresh, REFRESH),
-                                  ("fedbr-proxy", self.fedbr_proxy, PROXY_KINDS),
-                                  ("fedbr-pairing", self.fedbr_pairing, PAIRINGS),
-                                  ("fedbr-weighting", self.fedbr_weighting, WEIGHTINGS)):
-            if val not in allowed:
-                raise ConfigError(f"run-config key '{key}' has unknown value '{val}'; allowed: {', '.join(allowed)}")
-
-    @property
-    def uses_pseudo(self) -> bool:
-        return self.fedbr_classifier_debias or self.fedbr_feature_debias
-
-    @property
-    def runs_max_step(self) -> bool:
-        return self.fedbr_feature_debias and self.fedbr_max_step
-
-
-class ProjectionHead(nn.Sequential):
-    """P_theta: MLP d -> 2d -> 2d -> d with ReLU (authors' code: DomainBed MLP of width 2d, depth 3)."""
-
-    def __init__(self, dim: int) -> None:
-        super().__init__(nn.Linear(dim, 2 * dim), nn.ReLU(), nn.Linear(2 * dim, 2 * dim), nn.ReLU(),
-                         nn.Linear(2 * dim, dim))
-
-
-def add_projection_head(model: FLModel, cfg: RunConfig) -> None:
-    """Model hook (flcore/registry.py): put P_theta in ``model.extras["proj"]``; it is trained and averaged."""
-    model.extras["proj"] = ProjectionHead(model.feature_dim)
+from flcore.methods.fedbr import STATE_KEY, FedBRConfig
 
 
 def _seed(*parts: int) -> int:
@@ -241,7 +152,7 @@ class FedBRTrainer(Trainer):
 
     def __init__(self, job) -> None:
         super().__init__(job)
-        self.fb = method_config(FedBRConfig, job.cfg.raw)
+        self.fb = job.cfg.section(FedBRConfig)
         self._mix: tuple[torch.Tensor, float] | None = None
         self._terms: list[LossTerm] = []
         self._gen = torch.Generator().manual_seed(_seed(job.cfg.seed, job.cid, job.server_round, 13))
@@ -251,27 +162,27 @@ class FedBRTrainer(Trainer):
         """(function returning (x_p, y~_p), whether it must be called every step)."""
         fb, job, d = self.fb, self.job, self.job.data
         shape = tuple(d.x_train.shape[1:])
-        once = fb.fedbr_pseudo_refresh == "once"
-        if fb.fedbr_pseudo == "rsm":
+        once = fb.pseudo_refresh == "once"
+        if fb.pseudo == "rsm":
             x, q = self._rsm(once)
             return (lambda: (x, q)), False
         proxy_seed = _seed(job.cfg.seed, 0 if once else job.server_round, 11)  # no cid: shared by all
-        proxy = proxy_samples(shape, fb.fedbr_pseudo_size, proxy_seed, fb.fedbr_proxy).to(d.x_train.device)
+        proxy = proxy_samples(shape, fb.pseudo_size, proxy_seed, fb.proxy).to(d.x_train.device)
 
         def make() -> tuple[torch.Tensor, torch.Tensor]:
-            return mixture_pseudo_data(proxy, d.x_train, d.y_train, d.num_classes, fb.fedbr_mixture_k, self._gen)
-        return make, fb.fedbr_mixture_k > 0
+            return mixture_pseudo_data(proxy, d.x_train, d.y_train, d.num_classes, fb.mixture_k, self._gen)
+        return make, fb.mixture_k > 0
 
     def _rsm(self, once: bool) -> tuple[torch.Tensor, torch.Tensor]:
         fb, job, d = self.fb, self.job, self.job.data
-        want = (fb.fedbr_pseudo_size, *d.x_train.shape[1:])
+        want = (fb.pseudo_size, *d.x_train.shape[1:])
         if once:
             stored = job.state.get_arrays(STATE_KEY)
             if stored is not None and tuple(stored["x"].shape) == want:
                 return (torch.from_numpy(stored["x"]).to(d.x_train.device),
                         torch.from_numpy(stored["q"]).to(d.x_train.device))
         gen = torch.Generator().manual_seed(_seed(job.cfg.seed, job.cid, 0 if once else job.server_round, 17))
-        x, q = rsm_pseudo_data(d.x_train, fb.fedbr_pseudo_size, fb.fedbr_rsm_size, d.num_classes, gen)
+        x, q = rsm_pseudo_data(d.x_train, fb.pseudo_size, fb.rsm_size, d.num_classes, gen)
         if once:
             job.state.put_arrays(STATE_KEY, {"x": x.detach().cpu().numpy(), "q": q.detach().cpu().numpy()})
         return x, q
@@ -282,21 +193,21 @@ class FedBRTrainer(Trainer):
         if not fb.uses_pseudo:
             return []
         make, per_step = self.pseudo_source()
-        pb = PseudoBatch(make, per_step, need_global=fb.fedbr_feature_debias)
+        pb = PseudoBatch(make, per_step, need_global=fb.feature_debias)
         terms: list[LossTerm] = [pb]
         if fb.runs_max_step:
             oc = self.optim_config()
-            terms.append(MaxStep(pb, fb.fedbr_tau1, fb.fedbr_tau2, fb.fedbr_pairing, fb.fedbr_proj_lr or oc.lr,
+            terms.append(MaxStep(pb, fb.tau1, fb.tau2, fb.pairing, fb.proj_lr or oc.lr,
                                  oc.momentum, oc.weight_decay))
-        if fb.fedbr_feature_debias:
-            terms.append(ContrastiveTerm(pb, fb.fedbr_mu, fb.fedbr_tau1, fb.fedbr_tau2, fb.fedbr_pairing))
-        if fb.fedbr_classifier_debias:
-            terms.append(PseudoClassTerm(pb, fb.fedbr_lambda))
+        if fb.feature_debias:
+            terms.append(ContrastiveTerm(pb, fb.mu, fb.tau1, fb.tau2, fb.pairing))
+        if fb.classifier_debias:
+            terms.append(PseudoClassTerm(pb, fb.lambda_))
         return terms
 
     def forward(self, model: nn.Module, x: torch.Tensor, y: torch.Tensor):
-        if self.fb.fedbr_mixup:
-            x, perm, lam = mixup(x, self.fb.fedbr_mixup_alpha, self._gen)
+        if self.fb.mixup:
+            x, perm, lam = mixup(x, self.fb.mixup_alpha, self._gen)
             self._mix = (perm, lam)
         return model.forward_features(x)
 

@@ -20,8 +20,7 @@ import numpy as np
 import torch
 import torch.nn.functional as F
 
-PAIRINGS = ("index", "all-pairs", "mean")
-PROXY_KINDS = ("smooth-noise", "white-noise")
+from flcore.methods.fedbr import PAIRINGS, PROXY_KINDS
 
 
 def uniform_labels(n: int, num_classes: int, device: torch.device | str = "cpu") -> torch.Tensor:

@@ -9,32 +9,16 @@ The state (``feddyn-grad``, zero at first participation) persists in the client'
 
 from __future__ import annotations
 
-import math
 from collections import OrderedDict
-from dataclasses import dataclass
 from typing import Mapping, Sequence
 
 import numpy as np
 import torch
 from torch import nn
 
-from client_app.trainers.base import Trainer, TrainJob
-from client_app.trainers.fedprox import trainable_pairs
+from client_app.trainers.base import Trainer, TrainJob, trainable_pairs
 from client_app.training import LossTerm, Step, TrainStats
-from flcore.config import ConfigError, method_config
-
-STATE_GRAD = "feddyn-grad"
-
-
-@dataclass(frozen=True)
-class FedDynConfig:
-    """feddyn_alpha: the regularisation strength alpha (paper Alg. 1; tuned in {0.1, 0.01, 0.001})."""
-
-    feddyn_alpha: float = 0.01
-
-    def validate(self) -> None:
-        if not (math.isfinite(self.feddyn_alpha) and self.feddyn_alpha > 0):
-            raise ConfigError(f"run-config key 'feddyn-alpha' must be finite and > 0, got {self.feddyn_alpha}")
+from flcore.methods.feddyn import STATE_GRAD, FedDynConfig
 
 
 def feddyn_regulariser(triples: Sequence[tuple[torch.Tensor, torch.Tensor, torch.Tensor]], alpha: float) -> torch.Tensor:
@@ -66,7 +50,7 @@ class FedDynTerm(LossTerm):
 class FedDynTrainer(Trainer):
     def __init__(self, job: TrainJob) -> None:
         super().__init__(job)
-        self.alpha = method_config(FedDynConfig, job.cfg.raw).feddyn_alpha
+        self.alpha = job.cfg.section(FedDynConfig).alpha
         self.names = [k for k, p in job.model.named_parameters() if p.requires_grad]
         self.grad_state = self._load_state()
 

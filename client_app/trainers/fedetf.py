@@ -23,7 +23,6 @@ alpha*mu to the features it is averaged from would feed mu back into itself.
 
 from __future__ import annotations
 
-from dataclasses import dataclass
 
 import numpy as np
 import torch
@@ -31,50 +30,8 @@ from flwr.app import ArrayRecord, ConfigRecord, MetricRecord
 
 from client_app.trainers.base import Trainer, TrainJob
 from client_app.training import LossTerm, Step, TrainStats
-from flcore.config import ConfigError, method_config
+from flcore.methods.fedetf import ACTIVE_KEY, MEANS_RECORD, MEMORY_RECORD, REPORT_KEY, FedETFConfig
 from flcore.records import params_to_record, record_to_params
-
-# message keys (server -> client config and records, client -> server record)
-ACTIVE_KEY = "fedetf-gmv-active"      # config: train on h = f + alpha*mu_y this round
-REPORT_KEY = "fedetf-report-means"    # config: report class means + counts this round
-MEMORY_RECORD = "etf-memory"          # ArrayRecord {"mu": (C, d) float32, "valid": (C,) bool}
-MEANS_RECORD = "class-means"          # ArrayRecord {"means": (C, d) float32, "counts": (C,) int64}
-
-GMV_WEIGHTINGS = ("clients", "samples")
-GMV_FEATURES = ("final", "train")
-
-
-@dataclass(frozen=True)
-class FedETFConfig:
-    """Run-config keys of neural-collapse FL (defaults = the paper's, seed 004).
-
-    fedetf_alpha:           alpha in h = f + alpha * mu_y (Alg. 1); Table 3 tries {0.1, 0.5, 1.0}, the
-                            paper suggests alpha in [0.5, 1]; 0.5.
-    fedetf_warmup_fraction: R_warm / R. GMV is used from round R_warm = round(fraction * R) on. Table 3
-                            (alpha = 0.5, 1000 rounds) is best at R_warm = 900 on C10-100-2 and C10-100-5.
-    fedetf_gmv_weighting:   ``clients``: mu_c = mean over the sampled clients that hold class c of their
-                            class-c feature means (Alg. 1); ``samples``: count-weighted, i.e. the mean of
-                            the class-c features of all sampled clients pooled.
-    fedetf_gmv_features:    ``final`` | ``train`` (see module docstring).
-    """
-
-    fedetf_alpha: float = 0.5
-    fedetf_warmup_fraction: float = 0.9
-    fedetf_gmv_weighting: str = "clients"
-    fedetf_gmv_features: str = "final"
-
-    def validate(self) -> None:
-        if not (np.isfinite(self.fedetf_alpha) and self.fedetf_alpha >= 0):
-            raise ConfigError(f"run-config key 'fedetf-alpha' must be a finite number >= 0, got {self.fedetf_alpha}")
-        if not 0 <= self.fedetf_warmup_fraction <= 1:
-            raise ConfigError("run-config key 'fedetf-warmup-fraction' must be in [0, 1], "
-                              f"got {self.fedetf_warmup_fraction}")
-        if self.fedetf_gmv_weighting not in GMV_WEIGHTINGS:
-            raise ConfigError(f"run-config key 'fedetf-gmv-weighting' has unknown value "
-                              f"'{self.fedetf_gmv_weighting}'; allowed: {', '.join(GMV_WEIGHTINGS)}")
-        if self.fedetf_gmv_features not in GMV_FEATURES:
-            raise ConfigError(f"run-config key 'fedetf-gmv-features' has unknown value "
-                              f"'{self.fedetf_gmv_features}'; allowed: {', '.join(GMV_FEATURES)}")
 
 
 # ------------------------------------------------------------------------------------------ pure math
@@ -169,7 +126,7 @@ class ETFTrainer(Trainer):
 
     def __init__(self, job: TrainJob) -> None:
         super().__init__(job)
-        self.ecfg = method_config(FedETFConfig, job.cfg.raw)
+        self.ecfg = job.cfg.section(FedETFConfig)
         model = job.model
         self.gmv_active = bool(job.config.get(ACTIVE_KEY, False))
         self.report = bool(job.config.get(REPORT_KEY, False))
@@ -182,7 +139,7 @@ class ETFTrainer(Trainer):
                                  f"('{ACTIVE_KEY}') but the message has no '{MEMORY_RECORD}' array record")
             self.mu, self.valid = read_memory(record, model.num_classes, model.feature_dim, job.cid, job.device)
         self.tracker = (LastEpochClassMeans(model.num_classes)
-                        if self.report and self.ecfg.fedetf_gmv_features == "train" else None)
+                        if self.report and self.ecfg.gmv_features == "train" else None)
 
     def terms(self) -> list[LossTerm]:
         return [self.tracker] if self.tracker is not None else []
@@ -191,7 +148,7 @@ class ETFTrainer(Trainer):
         f = model.features(x)
         h = f
         if self.mu is not None and self.valid is not None:
-            h = add_memory(f, y, self.mu, self.valid, self.ecfg.fedetf_alpha)
+            h = add_memory(f, y, self.mu, self.valid, self.ecfg.alpha)
         return model.head(model.neck(h)), f
 
     def extra_metrics(self, stats: TrainStats) -> dict[str, float | int]:

@@ -13,6 +13,7 @@ from torch import nn
 
 from client_app.trainers.base import Trainer, TrainJob
 from client_app.training import LossTerm, Step, TrainStats
+from flcore.methods.fedrane import CD_LOSS
 from models.lra import LRANeck, contrastive_discrimination
 
 
@@ -60,4 +61,4 @@ class LRATrainer(Trainer):
 
     def extra_metrics(self, stats: TrainStats) -> dict[str, float | int]:
         t = self.cd_term
-        return {"lra-cd-loss": t.sum / t.count if t.count else 0.0}
+        return {CD_LOSS: t.sum / t.count if t.count else 0.0}

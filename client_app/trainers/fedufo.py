@@ -20,8 +20,6 @@ from __future__ import annotations
 
 import copy
 import logging
-import math
-from dataclasses import dataclass
 from typing import Any
 
 import numpy as np
@@ -30,140 +28,18 @@ from flwr.app import ConfigRecord
 from torch import nn
 
 from client_app.trainers.base import Trainer, frozen_copy
-from client_app.trainers.ufo_losses import (CGR_TARGETS, KL_DIRECTIONS, consensus_kl, discriminator_loss,
-                                            group_target, uniform_loss)
+from client_app.trainers.ufo_losses import consensus_kl, discriminator_loss, group_target, uniform_loss
 from client_app.training import LossTerm, OptimConfig, Step, TrainStats, local_train
-from flcore.config import ConfigError, RunConfig, method_config
+from flcore.config import ConfigError
+from flcore.methods.fedufo import (DISC_PREFIX, GROUP_KEY, PRIOR_KEY, COUNTS_KEY, STAGE_KEY, STATE_PRIOR, STATE_PRIOR_ROUND,
+                                   FedUFOConfig, active_terms, needs_relay)
 from flcore.records import model_params, record_to_params
-from models.base import FLModel
 
 log = logging.getLogger("noniid_fl")
 
-LOSSES = ("uad", "cgr", "cgl")
-PRIOR_KEY = "fedufo.prior."        # + member id: relayed prior model (ArrayRecord, D stripped)
-GROUP_KEY = "fedufo.group"          # ConfigRecord: cids, proportions (flattened J x C), num-classes
-COUNTS_KEY = "fedufo.class-counts"  # ConfigRecord in the prior reply: counts
-DISC_PREFIX = "extras.disc."
-
-
-@dataclass(frozen=True)
-class FedUFOConfig:
-    """FedUFO run-config keys (pyproject block "fedufo (issue 6)"); paper values where the paper has one.
-
-    fedufo_losses:               comma-separated subset of {uad, cgr, cgl} (Tables 3-4 ablations);
-                                 "" gives plain FedAvg ("cls"); "cgl" alone needs no relay.
-    fedufo_num_clients:          K, D's number of outputs (paper: the 100 clients of the federation).
-    fedufo_stage_one_fraction:   share of num-server-rounds spent in stage one (the paper gives no length;
-                                 FedUAD in Table 1 is the model after stage one). Only with "uad".
-    fedufo_cgl_lambda:           lambda of Eq. 12 (paper: 3).
-    fedufo_posterior_init:       "global" (theta_t, Fig. 2) or "prior" (start from w~_k).
-    fedufo_dynamic_sampling:     K_c/2 worst clients + K_c/2 random ones (Sec. 3.3.2).
-    fedufo_sampling_metric:      reply metric that ranks clients: "global-model-local-accuracy" (theta_t
-                                 on the client's local test split: the paper's "local performance") or
-                                 "local-accuracy" (the client's own model after training).
-    fedufo_prior_epochs:         local epochs of the prior phase (0 = local-epochs).
-    fedufo_disc_lr:              SGD learning rate of D (0 = lr); momentum/weight decay as the model's.
-    fedufo_disc_train_stage_two: keep training D in stage two (paper: stage two fine-tunes the model
-                                 "based on the discriminator from stage one").
-    fedufo_cgr_target:           "softmax" (Eq. 7 as written) or "normalize" (proper mixture).
-    fedufo_kl_direction:         "posterior-target" = KL(y^||y~) as written in Eqs. 8/10, or
-                                 "target-posterior" = KL(y~||y^) (nn.KLDivLoss(log y^, y~)).
-    """
-
-    fedufo_losses: str = "uad,cgr,cgl"
-    fedufo_num_clients: int = 100
-    fedufo_stage_one_fraction: float = 0.5
-    fedufo_cgl_lambda: float = 3.0
-    fedufo_posterior_init: str = "global"
-    fedufo_dynamic_sampling: bool = True
-    fedufo_sampling_metric: str = "global-model-local-accuracy"
-    fedufo_prior_epochs: int = 0
-    fedufo_disc_lr: float = 0.0
-    fedufo_disc_train_stage_two: bool = False
-    fedufo_cgr_target: str = "softmax"
-    fedufo_kl_direction: str = "posterior-target"
-
-    @property
-    def losses(self) -> frozenset[str]:
-        return parse_losses(self.fedufo_losses)
-
-    def validate(self) -> None:
-        self.losses  # noqa: B018 - raises on bad values
-        if self.fedufo_num_clients < 2:
-            raise ConfigError(f"run-config key 'fedufo-num-clients' must be >= 2, got {self.fedufo_num_clients}")
-        if not 0.0 <= self.fedufo_stage_one_fraction <= 1.0:
-            raise ConfigError("run-config key 'fedufo-stage-one-fraction' must be in [0, 1], "
-                              f"got {self.fedufo_stage_one_fraction}")
-        for key, value in (("fedufo-cgl-lambda", self.fedufo_cgl_lambda),
-                           ("fedufo-disc-lr", self.fedufo_disc_lr), ("fedufo-prior-epochs", self.fedufo_prior_epochs)):
-            if not value >= 0:
-                raise ConfigError(f"run-config key '{key}' must be >= 0, got {value}")
-        choices = (("fedufo-posterior-init", self.fedufo_posterior_init, ("global", "prior")),
-                   ("fedufo-sampling-metric", self.fedufo_sampling_metric,
-                    ("global-model-local-accuracy", "local-accuracy")),
-                   ("fedufo-cgr-target", self.fedufo_cgr_target, CGR_TARGETS),
-                   ("fedufo-kl-direction", self.fedufo_kl_direction, KL_DIRECTIONS))
-        for key, value, allowed in choices:
-            if value not in allowed:
-                raise ConfigError(f"run-config key '{key}' has unknown value '{value}'; allowed: {', '.join(allowed)}")
-
-
-def parse_losses(text: str) -> frozenset[str]:
-    """'uad,cgr' -> {'uad', 'cgr'}; '' or 'none' -> {} (FedAvg); anything else names the key."""
-    items = [t.strip().lower() for t in str(text).replace("+", ",").split(",") if t.strip()]
-    if items == ["none"]:
-        return frozenset()
-    bad = [t for t in items if t not in LOSSES]
-    if bad:
-        raise ConfigError(f"run-config key 'fedufo-losses' has unknown loss(es) {bad}; "
-                          f"use a comma-separated subset of {', '.join(LOSSES)}")
-    return frozenset(items)
-
-
-def stage_of(server_round: int, num_rounds: int, ufo: FedUFOConfig) -> int:
-    """1 for the first round(fraction * num_rounds) rounds when UAD is on (paper Sec. 3.4), else 2."""
-    if "uad" not in ufo.losses:
-        return 2
-    stage_one_rounds = int(math.floor(ufo.fedufo_stage_one_fraction * num_rounds + 0.5))
-    return 1 if server_round <= stage_one_rounds else 2
-
-
-def active_terms(stage: int, ufo: FedUFOConfig) -> frozenset[str]:
-    """Which parts of the objective run in a stage: subset of {uad, disc, cgr, cgl} (Eqs. 11, 12)."""
-    losses = ufo.losses
-    if stage == 1:
-        return frozenset({"uad", "disc"}) if "uad" in losses else frozenset()
-    terms = set(losses)
-    if "uad" in losses and ufo.fedufo_disc_train_stage_two:
-        terms.add("disc")
-    return frozenset(terms)
-
-
-def needs_relay(stage: int, ufo: FedUFOConfig) -> bool:
-    """The prior/relay exchange is needed only when D trains on priors' features or CGR is on."""
-    terms = active_terms(stage, ufo)
-    return "disc" in terms or "cgr" in terms
 
 
 # ===================================================================================== the module
-class Discriminator(nn.Sequential):
-    """D of Sec. 3.2 / 4.1.1: Linear(d, d) -> ReLU -> Linear(d, K); outputs logits over client ids."""
-
-    def __init__(self, feature_dim: int, num_clients: int) -> None:
-        super().__init__(nn.Linear(feature_dim, feature_dim), nn.ReLU(), nn.Linear(feature_dim, num_clients))
-
-
-def add_discriminator(model: FLModel, cfg: RunConfig) -> None:
-    """Model hook (server and clients alike): model.extras["disc"] = D with fedufo-num-clients outputs.
-
-    Only when UAD is on: without it D would never be trained, yet travel in every message (the CGL-only
-    mode must cost exactly FedAvg's bandwidth, Sec. 5).
-    """
-    ufo = method_config(FedUFOConfig, cfg.raw)
-    if "uad" in ufo.losses:
-        model.extras["disc"] = Discriminator(model.feature_dim, ufo.fedufo_num_clients)
-
-
 def model_only_params(model: nn.Module) -> list[nn.Parameter]:
     return [p for n, p in model.named_parameters() if not n.startswith(DISC_PREFIX)]
 
@@ -296,15 +172,15 @@ class CGLTerm(_Meter):
 class FedUFOTrainer(Trainer):
     def __init__(self, job) -> None:
         super().__init__(job)
-        self.ufo = method_config(FedUFOConfig, job.cfg.raw)
-        self.stage = int(job.config.get("fedufo-stage", stage_of(job.server_round, job.cfg.num_server_rounds, self.ufo)))
+        self.ufo = job.cfg.section(FedUFOConfig)
+        self.stage = int(job.config[STAGE_KEY])
         self.meters: dict[str, _Meter] = {}
         self.disc_term: DiscriminatorTerm | None = None
         self.num_priors = 0
         self.prior_retrained = 0
-        if not 0 <= job.cid < self.ufo.fedufo_num_clients:
+        if not 0 <= job.cid < self.ufo.num_clients:
             raise ConfigError(f"client {job.cid}: id outside the discriminator's outputs; run-config key "
-                              f"'fedufo-num-clients' ({self.ufo.fedufo_num_clients}) must exceed every client id")
+                              f"'fedufo.num-clients' ({self.ufo.num_clients}) must exceed every client id")
 
     @property
     def disc(self) -> nn.Module:
@@ -332,24 +208,24 @@ class FedUFOTrainer(Trainer):
 
     def _prior_optim(self) -> OptimConfig:
         base = self.optim_config()
-        epochs = self.ufo.fedufo_prior_epochs or base.epochs
+        epochs = self.ufo.prior_epochs or base.epochs
         return OptimConfig(base.lr, epochs, base.batch_size, base.momentum, base.weight_decay, base.max_steps)
 
     def _own_prior_needed(self) -> bool:
-        return "cgr" in active_terms(self.stage, self.ufo) or self.ufo.fedufo_posterior_init == "prior"
+        return "cgr" in active_terms(self.stage, self.ufo) or self.ufo.posterior_init == "prior"
 
     def _fit_prior(self) -> TrainStats:
         """Step 1 of Fig. 2: w~_k from theta_t with CE on local data only; kept for the posterior phase."""
         stats = self._local(self.job.model, [], self._prior_optim())
         if self._own_prior_needed():
-            self.job.state.put_arrays("fedufo.prior", dict(model_params(self.job.model)))
-            self.job.state.put_config("fedufo.prior-round", {"round": int(self.job.server_round)})
+            self.job.state.put_arrays(STATE_PRIOR, dict(model_params(self.job.model)))
+            self.job.state.put_config(STATE_PRIOR_ROUND, {"round": int(self.job.server_round)})
         return stats
 
     def _own_prior(self) -> dict[str, np.ndarray]:
         """This client's prior of this round from client state, or retrained if the state was lost."""
-        meta = self.job.state.get_config("fedufo.prior-round")
-        stored = self.job.state.get_arrays("fedufo.prior")
+        meta = self.job.state.get_config(STATE_PRIOR_ROUND)
+        stored = self.job.state.get_arrays(STATE_PRIOR)
         if meta is not None and stored and int(meta["round"]) == self.job.server_round:
             return stored
         if self.job.phase == "train.posterior":
@@ -400,13 +276,13 @@ class FedUFOTrainer(Trainer):
         job, ufo = self.job, self.ufo
         terms_on = active_terms(self.stage, ufo)
         if job.phase == "train" and needs_relay(self.stage, ufo):
-            raise ValueError(f"client {job.cid}: stage {self.stage} with fedufo-losses='{ufo.fedufo_losses}' "
+            raise ValueError(f"client {job.cid}: stage {self.stage} with fedufo-losses='{ufo.losses_}' "
                              "needs the prior/relay exchange (train.prior, train.posterior), got a plain 'train'")
         global_model = None
         if "cgl" in terms_on:
             global_model = frozen_copy(job.model)
         own_prior = self._own_prior() if self._own_prior_needed() else None
-        if ufo.fedufo_posterior_init == "prior" and own_prior is not None:
+        if ufo.posterior_init == "prior" and own_prior is not None:
             job.model.load_state_dict({k: torch.as_tensor(v) for k, v in own_prior.items()
                                        if not k.startswith(DISC_PREFIX)}, strict=False)
         terms: list[LossTerm] = []
@@ -424,21 +300,21 @@ class FedUFOTrainer(Trainer):
             self.meters["uniform"] = UniformTerm(self.disc)
             terms.append(self.meters["uniform"])
         if "cgr" in terms_on:
-            self.meters["cgr"] = CGRTerm(bank, props, ufo.fedufo_cgr_target, ufo.fedufo_kl_direction)
+            self.meters["cgr"] = CGRTerm(bank, props, ufo.cgr_target, ufo.kl_direction)
             terms.append(self.meters["cgr"])
         if "cgl" in terms_on:
-            self.meters["cgl"] = CGLTerm(global_model, ufo.fedufo_cgl_lambda, ufo.fedufo_kl_direction)
+            self.meters["cgl"] = CGLTerm(global_model, ufo.cgl_lambda, ufo.kl_direction)
             terms.append(self.meters["cgl"])
         if "disc" in terms_on:
             base = self.optim_config()
-            d_optim = OptimConfig(ufo.fedufo_disc_lr or base.lr, base.epochs, base.batch_size, base.momentum,
+            d_optim = OptimConfig(ufo.disc_lr or base.lr, base.epochs, base.batch_size, base.momentum,
                                   base.weight_decay)
             self.disc_term = DiscriminatorTerm(self.disc, job.cid, others, bank, d_optim)
             self.meters["disc"] = self.disc_term
             terms.append(self.disc_term)
         stats = self._local(job.model, terms, self.optim_config())
         if own_prior is not None and job.phase == "train.posterior":
-            job.state.put_arrays("fedufo.prior", {})  # used up: do not keep a model per client in state
+            job.state.put_arrays(STATE_PRIOR, {})  # used up: do not keep a model per client in state
         return stats
 
     # ------------------------------------------------------------------ reply
@@ -457,5 +333,4 @@ class FedUFOTrainer(Trainer):
         return {}
 
 
-__all__ = ["FedUFOConfig", "FedUFOTrainer", "add_discriminator", "stage_of", "active_terms", "needs_relay",
-           "parse_losses"]
+__all__ = ["FedUFOTrainer"]

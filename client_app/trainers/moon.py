@@ -17,8 +17,6 @@ makes l_con the constant log 2 with zero gradient, so the term is skipped.
 
 from __future__ import annotations
 
-import math
-from dataclasses import dataclass
 
 import torch
 import torch.nn.functional as F
@@ -26,36 +24,8 @@ from torch import nn
 
 from client_app.trainers.base import Trainer, TrainJob, frozen_copy
 from client_app.training import LossTerm, Step, TrainStats
-from flcore.config import ConfigError, RunConfig, method_config
+from flcore.methods.moon import STATE_PREV, MoonConfig
 from flcore.records import load_params, model_params
-from models.base import FLModel
-
-STATE_PREV = "moon-prev-model"
-
-
-@dataclass(frozen=True)
-class MoonConfig:
-    """moon_mu: weight of l_con (paper Eq. 4; 5 for CIFAR-10, 1 for CIFAR-100 and the authors' default);
-    moon_tau: temperature (paper: 0.5); moon_proj_dim: output width of the projection head (paper: 256)."""
-
-    moon_mu: float = 1.0
-    moon_tau: float = 0.5
-    moon_proj_dim: int = 256
-
-    def validate(self) -> None:
-        if not (math.isfinite(self.moon_mu) and self.moon_mu >= 0):
-            raise ConfigError(f"run-config key 'moon-mu' must be finite and >= 0, got {self.moon_mu}")
-        if not (math.isfinite(self.moon_tau) and self.moon_tau > 0):
-            raise ConfigError(f"run-config key 'moon-tau' must be finite and > 0, got {self.moon_tau}")
-        if self.moon_proj_dim < 1:
-            raise ConfigError(f"run-config key 'moon-proj-dim' must be >= 1, got {self.moon_proj_dim}")
-
-
-def add_projection_head(model: FLModel, cfg: RunConfig) -> None:
-    """Model hook: the MOON projection head d -> d -> moon-proj-dim in ``model.extras["proj"]``."""
-    mc = method_config(MoonConfig, cfg.raw)
-    d = model.feature_dim
-    model.extras["proj"] = nn.Sequential(nn.Linear(d, d), nn.ReLU(), nn.Linear(d, mc.moon_proj_dim))
 
 
 def moon_contrastive_loss(z: torch.Tensor, z_glob: torch.Tensor, z_prev: torch.Tensor, tau: float) -> torch.Tensor:
@@ -95,7 +65,7 @@ class MoonTerm(LossTerm):
 class MoonTrainer(Trainer):
     def __init__(self, job: TrainJob) -> None:
         super().__init__(job)
-        self.mcfg = method_config(MoonConfig, job.cfg.raw)
+        self.mcfg = job.cfg.section(MoonConfig)
         projection(job.model)  # fail early, naming the missing hook
 
     def _previous_model(self) -> nn.Module | None:
@@ -110,7 +80,7 @@ class MoonTrainer(Trainer):
         return prev
 
     def terms(self) -> list[LossTerm]:
-        return [MoonTerm(frozen_copy(self.job.model), self._previous_model(), self.mcfg.moon_mu, self.mcfg.moon_tau)]
+        return [MoonTerm(frozen_copy(self.job.model), self._previous_model(), self.mcfg.mu, self.mcfg.tau)]
 
     def fit(self) -> TrainStats:
         stats = super().fit()

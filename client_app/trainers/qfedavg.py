@@ -9,10 +9,11 @@ from __future__ import annotations
 
 from client_app.trainers.base import Trainer
 from client_app.training import evaluate
+from flcore.methods.qfedavg import LOSS_KEY
 
 
 class QFedAvgTrainer(Trainer):
     def before_fit(self) -> dict[str, float | int]:
         d = self.job.data
         loss, _ = evaluate(self.job.model, d.x_train, d.y_train)
-        return {"global-model-train-loss": loss}
+        return {LOSS_KEY: loss}

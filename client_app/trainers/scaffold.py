@@ -15,9 +15,7 @@ Control variates cover the model's trainable parameters, keyed by state-dict nam
 
 from __future__ import annotations
 
-import math
 from collections import OrderedDict
-from dataclasses import dataclass
 from typing import Callable, Mapping
 
 import numpy as np
@@ -28,29 +26,10 @@ from torch import nn
 
 from client_app.trainers.base import Trainer, TrainJob
 from client_app.training import LossTerm, TrainStats, minibatches
-from flcore.config import ConfigError, method_config
+from flcore.methods.scaffold import DELTA_C, SERVER_C, STATE_C_I, ScaffoldConfig
 from flcore.records import params_to_record, record_to_params
 
-SERVER_C = "scaffold-c"          # message record: the server control variate c
-DELTA_C = "scaffold-delta-c"     # reply record: c_i+ - c_i
-STATE_C_I = "scaffold-c-i"       # client state: this client's control variate c_i
-
 Tensors = "OrderedDict[str, torch.Tensor]"
-
-
-@dataclass(frozen=True)
-class ScaffoldConfig:
-    """scaffold_option: how c_i is updated (paper Alg. 1 line 12: "I" full local gradient at x, "II" from
-    the local updates). server_lr: the global step size eta_g in x <- x + eta_g * mean(y_i - x) (line 16)."""
-
-    scaffold_option: str = "II"
-    server_lr: float = 1.0
-
-    def validate(self) -> None:
-        if self.scaffold_option not in ("I", "II"):
-            raise ConfigError(f"run-config key 'scaffold-option' must be 'I' or 'II', got '{self.scaffold_option}'")
-        if not (math.isfinite(self.server_lr) and self.server_lr > 0):
-            raise ConfigError(f"run-config key 'server-lr' must be finite and > 0, got {self.server_lr}")
 
 
 def option2_variate(c_i: Mapping[str, torch.Tensor], c: Mapping[str, torch.Tensor],
@@ -113,7 +92,7 @@ class ControlVariateTerm(LossTerm):
 class ScaffoldTrainer(Trainer):
     def __init__(self, job: TrainJob) -> None:
         super().__init__(job)
-        self.scfg = method_config(ScaffoldConfig, job.cfg.raw)
+        self.scfg = job.cfg.section(ScaffoldConfig)
         self.names = [k for k, p in job.model.named_parameters() if p.requires_grad]
         self.c = self._server_c()
         self.c_i = self._client_c()
@@ -155,11 +134,11 @@ class ScaffoldTrainer(Trainer):
     def fit(self) -> TrainStats:
         x = self._trainable()
         opt = self.optim_config()
-        if self.scfg.scaffold_option == "I":
+        if self.scfg.option == "I":
             d = self.job.data
             new_c_i = full_gradient(self.job.model, d.x_train, d.y_train, self.names, opt.batch_size, self.forward)
         stats = super().fit()
-        if self.scfg.scaffold_option == "II":
+        if self.scfg.option == "II":
             if stats.steps > 0:
                 new_c_i = option2_variate(self.c_i, self.c, x, self._trainable(), stats.steps, opt.lr,
                                           opt.momentum)

@@ -12,12 +12,11 @@ from __future__ import annotations
 
 from typing import Sequence
 
-import numpy as np
+from flcore.methods.fedufo import CGR_TARGETS, KL_DIRECTIONS
+
 import torch
 import torch.nn.functional as F
 
-KL_DIRECTIONS = ("posterior-target", "target-posterior")
-CGR_TARGETS = ("softmax", "normalize")
 
 
 def uniform_loss(disc_logits: torch.Tensor) -> torch.Tensor:
@@ -50,7 +49,7 @@ def discriminator_loss(own_logits: torch.Tensor, own_label: int, other_logits: t
     bad = [lbl for lbl in labels if not 0 <= lbl < num_out]
     if bad:
         raise ValueError(f"client ids {bad} are outside the discriminator's {num_out} outputs "
-                         "(run-config key 'fedufo-num-clients' must exceed every client id)")
+                         "(run-config key 'fedufo.num-clients' must exceed every client id)")
     batch = own_logits.shape[0]
     own_target = torch.full((batch,), int(own_label), dtype=torch.long, device=own_logits.device)
     loss = F.cross_entropy(own_logits, own_target)
@@ -64,23 +63,6 @@ def discriminator_loss(own_logits: torch.Tensor, own_label: int, other_logits: t
     per_member_sum = F.cross_entropy(other_logits.reshape(num_other * batch, num_out), other_targets,
                                      reduction="sum") / batch
     return loss + per_member_sum / num_other
-
-
-def class_proportions(counts: np.ndarray) -> np.ndarray:
-    """p_j of paper Eq. 7: p_j[c] = n_{j,c} / sum_{i in S_t} n_{i,c} (share of class c held by member j).
-
-    ``counts`` is (J, C) with the class counts of the J group members. Every column of the result sums
-    to 1. A class nobody in the group holds (column sum 0) gets p_j[c] = 1/J (plain average): the
-    paper leaves 0/0 undefined and no member's prior has evidence for that class either way.
-    """
-    counts = np.asarray(counts, dtype=np.float64)
-    if counts.ndim != 2 or counts.shape[0] == 0:
-        raise ValueError(f"class counts must be (members, classes) with at least one member, got {counts.shape}")
-    if np.any(counts < 0) or not np.all(np.isfinite(counts)):
-        raise ValueError("class counts must be finite and non-negative")
-    totals = counts.sum(axis=0, keepdims=True)
-    uniform = np.full_like(counts, 1.0 / counts.shape[0])
-    return np.where(totals > 0, counts / np.where(totals > 0, totals, 1.0), uniform)
 
 
 def group_target(prior_probs: torch.Tensor, proportions: torch.Tensor, mode: str = "softmax") -> torch.Tensor:

@@ -1,0 +1,41 @@
+"""Neural-collapse FL (seed 004): a fixed simplex-ETF classifier (head='etf', usable with any method) and
+global memory vectors mu_c averaged over the sampled clients, added to the features as h = f + alpha mu_y
+from round R_warm on (paper Alg. 1)."""
+
+from dataclasses import dataclass
+
+from flcore.registry import MethodDecl, Payload
+from flcore.schema import Section, param
+
+GMV_WEIGHTINGS = ("clients", "samples")
+GMV_FEATURES = ("final", "train")
+ACTIVE_KEY = "fedetf-gmv-active"      # config: train on h = f + alpha*mu_y this round
+REPORT_KEY = "fedetf-report-means"    # config: report class means + counts this round
+MEMORY_RECORD = "etf-memory"          # ArrayRecord {"mu": (C, d) float32, "valid": (C,) bool}
+MEANS_RECORD = "class-means"          # ArrayRecord {"means": (C, d) float32, "counts": (C,) int64}
+
+
+@dataclass(frozen=True)
+class FedETFConfig(Section):
+    NAME = "fedetf"
+    alpha: float = param(0.5, "alpha in h = f + alpha mu_y (Alg. 1; Table 3 tries 0.1, 0.5, 1.0)", ge=0,
+                         old="fedetf-alpha")
+    warmup_fraction: float = param(0.9, "R_warm / R: memory vectors are used from round round(fraction R) on "
+                                        "(Table 3 best at 900 of 1000)", ge=0, le=1, old="fedetf-warmup-fraction")
+    gmv_weighting: str = param("clients", "mu_c = mean over the sampled clients holding class c (clients) or "
+                                          "count-weighted (samples)", choices=GMV_WEIGHTINGS,
+                               old="fedetf-gmv-weighting")
+    gmv_features: str = param("final", "class means from the final local model (final) or accumulated "
+                                       "during training (train)", choices=GMV_FEATURES, old="fedetf-gmv-features")
+
+
+PAPER = "Neural-collapse FL (seed 004): fixed ETF classifier + global memory vectors"
+PAYLOAD = Payload(config=(ACTIVE_KEY, REPORT_KEY), records=(MEMORY_RECORD,), reply_records=(MEANS_RECORD,),
+                  metrics=("gmv-active",))
+STRATEGY = "strategies.fedetf:FedETFStrategy"
+TRAINER = "client_app.trainers.fedetf:ETFTrainer"
+METHODS = [
+    MethodDecl("fedetf", PAPER, STRATEGY, TRAINER, config=FedETFConfig, head="etf", payload=PAYLOAD),
+    MethodDecl("fedgmv", PAPER, STRATEGY, TRAINER, config=FedETFConfig, payload=PAYLOAD,
+               description="ablation '+GMV': memory vectors with the run config's head"),
+]

@@ -1,0 +1,6 @@
+"""FedNova (Wang et al., NeurIPS 2020): normalised averaging by each client's number of local steps."""
+
+from flcore.registry import BASE_TRAINER, MethodDecl
+
+METHODS = [MethodDecl("fednova", "Wang et al., NeurIPS 2020 (FedNova)", "strategies.fednova:FedNovaStrategy",
+                      BASE_TRAINER)]

@@ -1,0 +1,22 @@
+"""FedAdam / FedYogi (Reddi et al., ICLR 2021, Adaptive Federated Optimization, Alg. 2)."""
+
+from dataclasses import dataclass
+
+from flcore.registry import BASE_TRAINER, MethodDecl
+from flcore.schema import Section, param
+
+
+@dataclass(frozen=True)
+class FedOptConfig(Section):
+    NAME = "fedopt"
+    eta: float = param(0.01, "server learning rate eta (Alg. 2)", gt=0, old="fedopt-eta")
+    tau: float = param(0.001, "adaptivity tau (Alg. 2)", gt=0, old="fedopt-tau")
+    beta1: float = param(0.9, "first-moment decay beta_1 (Alg. 2)", ge=0, lt=1, old="fedopt-beta1")
+    beta2: float = param(0.99, "second-moment decay beta_2 (Alg. 2)", ge=0, lt=1, old="fedopt-beta2")
+    bias_correction: bool = param(False, "Adam-style bias correction of the moments (not in Alg. 2)",
+                                  old="fedopt-bias-correction")
+
+
+PAPER = "Reddi et al., ICLR 2021 (Adaptive Federated Optimization)"
+METHODS = [MethodDecl("fedadam", PAPER, "strategies.fedopt:FedAdamStrategy", BASE_TRAINER, config=FedOptConfig),
+           MethodDecl("fedyogi", PAPER, "strategies.fedopt:FedYogiStrategy", BASE_TRAINER, config=FedOptConfig)]

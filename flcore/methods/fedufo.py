@@ -1,0 +1,120 @@
+"""FedUFO (seed 002, Zhang et al., ICCV 2021): unified feature learning (adversarial discriminator, UAD) and
+objective alignment (group consensus CGR, global consensus CGL); prior models are relayed inside the round
+(actions train.prior -> relay -> train.posterior)."""
+
+import math
+from dataclasses import dataclass
+
+import numpy as np
+
+from flcore.registry import MethodDecl, Payload
+from flcore.schema import ConfigError, Section, param
+
+LOSSES = ("uad", "cgr", "cgl")
+CGR_TARGETS = ("softmax", "normalize")
+KL_DIRECTIONS = ("posterior-target", "target-posterior")
+STAGE_KEY = "fedufo-stage"           # per-client config: the training stage (1 or 2) of this round
+PRIOR_KEY = "fedufo.prior."          # + member id: relayed prior model (ArrayRecord, D stripped)
+GROUP_KEY = "fedufo.group"           # ConfigRecord: cids, proportions (flattened J x C), num-classes
+COUNTS_KEY = "fedufo.class-counts"   # ConfigRecord in the prior reply: counts
+DISC_PREFIX = "extras.disc."         # the discriminator's parameters in the model's state dict
+STATE_PRIOR = "fedufo.prior"         # client state: this client's prior model of the round
+STATE_PRIOR_ROUND = "fedufo.prior-round"
+
+
+def parse_losses(text: str) -> frozenset[str]:
+    """'uad,cgr' -> {'uad', 'cgr'}; '' or 'none' -> {} (FedAvg); anything else names the key."""
+    items = [t.strip().lower() for t in str(text).replace("+", ",").split(",") if t.strip()]
+    if items == ["none"]:
+        return frozenset()
+    bad = [t for t in items if t not in LOSSES]
+    if bad:
+        raise ConfigError(f"run-config key 'fedufo.losses' has unknown loss(es) {bad}; "
+                          f"use a comma-separated subset of {', '.join(LOSSES)}")
+    return frozenset(items)
+
+
+@dataclass(frozen=True)
+class FedUFOConfig(Section):
+    NAME = "fedufo"
+    losses_: str = param("uad,cgr,cgl", "comma-separated subset of {uad, cgr, cgl} (Tables 3-4 ablations); "
+                                        "'' is FedAvg; 'cgl' alone needs no relay", old="fedufo-losses")
+    num_clients: int = param(100, "K, the discriminator's outputs (paper: the 100 clients of the federation); "
+                                  "every client id must be below it", ge=2, old="fedufo-num-clients")
+    stage_one_fraction: float = param(0.5, "share of the rounds spent in stage one (Sec. 3.4; the paper gives "
+                                           "no length); only with uad", ge=0, le=1, old="fedufo-stage-one-fraction")
+    cgl_lambda: float = param(3.0, "lambda of the CGL term (Eq. 12; paper 3)", ge=0, old="fedufo-cgl-lambda")
+    posterior_init: str = param("global", "posterior starts from theta_t (Fig. 2) or from the prior",
+                                choices=("global", "prior"), old="fedufo-posterior-init")
+    dynamic_sampling: bool = param(True, "K_c/2 worst clients + K_c/2 random ones (Sec. 3.3.2)",
+                                   old="fedufo-dynamic-sampling")
+    sampling_metric: str = param("global-model-local-accuracy", "reply metric that ranks clients for dynamic "
+                                 "sampling", choices=("global-model-local-accuracy", "local-accuracy"),
+                                 old="fedufo-sampling-metric")
+    prior_epochs: int = param(0, "local epochs of the prior phase (0: local-epochs)", ge=0,
+                              old="fedufo-prior-epochs")
+    disc_lr: float = param(0.0, "SGD learning rate of the discriminator (0: lr)", ge=0, old="fedufo-disc-lr")
+    disc_train_stage_two: bool = param(False, "keep training D in stage two (paper: stage two uses D from "
+                                              "stage one)", old="fedufo-disc-train-stage-two")
+    cgr_target: str = param("softmax", "group target of CGR: softmax (Eq. 7 as written) or normalize",
+                            choices=CGR_TARGETS, old="fedufo-cgr-target")
+    kl_direction: str = param("posterior-target", "KL(y^||y~) as written in Eqs. 8/10, or KL(y~||y^)",
+                              choices=KL_DIRECTIONS, old="fedufo-kl-direction")
+
+    @property
+    def losses(self) -> frozenset[str]:
+        return parse_losses(self.losses_)
+
+    def check(self) -> None:
+        parse_losses(self.losses_)
+
+
+def stage_of(server_round: int, num_rounds: int, ufo: "FedUFOConfig") -> int:
+    """1 for the first round(fraction * num_rounds) rounds when UAD is on (paper Sec. 3.4), else 2."""
+    if "uad" not in ufo.losses:
+        return 2
+    stage_one_rounds = int(math.floor(ufo.stage_one_fraction * num_rounds + 0.5))
+    return 1 if server_round <= stage_one_rounds else 2
+
+
+def active_terms(stage: int, ufo: "FedUFOConfig") -> frozenset[str]:
+    """Which parts of the objective run in a stage: subset of {uad, disc, cgr, cgl} (Eqs. 11, 12)."""
+    losses = ufo.losses
+    if stage == 1:
+        return frozenset({"uad", "disc"}) if "uad" in losses else frozenset()
+    terms = set(losses)
+    if "uad" in losses and ufo.disc_train_stage_two:
+        terms.add("disc")
+    return frozenset(terms)
+
+
+def needs_relay(stage: int, ufo: "FedUFOConfig") -> bool:
+    """The prior/relay exchange is needed only when D trains on priors' features or CGR is on."""
+    terms = active_terms(stage, ufo)
+    return "disc" in terms or "cgr" in terms
+
+
+def class_proportions(counts: np.ndarray) -> np.ndarray:
+    """p_j of paper Eq. 7: p_j[c] = n_{j,c} / sum_{i in S_t} n_{i,c} (share of class c held by member j).
+
+    ``counts`` is (J, C) with the class counts of the J group members. Every column of the result sums
+    to 1. A class nobody in the group holds (column sum 0) gets p_j[c] = 1/J (plain average): the
+    paper leaves 0/0 undefined and no member's prior has evidence for that class either way.
+    """
+    counts = np.asarray(counts, dtype=np.float64)
+    if counts.ndim != 2 or counts.shape[0] == 0:
+        raise ValueError(f"class counts must be (members, classes) with at least one member, got {counts.shape}")
+    if np.any(counts < 0) or not np.all(np.isfinite(counts)):
+        raise ValueError("class counts must be finite and non-negative")
+    totals = counts.sum(axis=0, keepdims=True)
+    uniform = np.full_like(counts, 1.0 / counts.shape[0])
+    return np.where(totals > 0, counts / np.where(totals > 0, totals, 1.0), uniform)
+
+
+METHODS = [MethodDecl(
+    "fedufo", "Zhang et al., ICCV 2021 (FedUFO, seed 002)", "strategies.fedufo:FedUFOStrategy",
+    "client_app.trainers.fedufo:FedUFOTrainer", config=FedUFOConfig, model_hook="models.extras:add_discriminator",
+    payload=Payload(config=(STAGE_KEY,), records=(PRIOR_KEY, GROUP_KEY), reply_records=(COUNTS_KEY,),
+                    metrics=("fedufo-stage", "fedufo-priors-received", "fedufo-own-prior-retrained",
+                             "fedufo-uniform-loss", "fedufo-disc-loss", "fedufo-cgr-loss", "fedufo-cgl-loss"),
+                    actions=("train", "train.prior", "train.posterior"), state=(STATE_PRIOR, STATE_PRIOR_ROUND)))]

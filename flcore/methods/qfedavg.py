@@ -1,0 +1,20 @@
+"""q-FedAvg (Li et al., ICLR 2020, q-FFL): fairness-weighted aggregation with L = 1/lr (paper Alg. 2)."""
+
+from dataclasses import dataclass
+
+from flcore.registry import MethodDecl, Payload
+from flcore.schema import Section, param
+
+LOSS_KEY = "global-model-train-loss"   # reply metric: F_k, the received model's loss on the training split
+
+
+@dataclass(frozen=True)
+class QFedAvgConfig(Section):
+    NAME = "qfedavg"
+    q: float = param(0.2, "fairness exponent q of q-FFL (Eq. 2; q = 0 is FedAvg's objective)", ge=0,
+                     old="qfedavg-q")
+
+
+METHODS = [MethodDecl("qfedavg", "Li et al., ICLR 2020 (q-FFL / q-FedAvg)", "strategies.qfedavg:QFedAvgStrategy",
+                      "client_app.trainers.qfedavg:QFedAvgTrainer", config=QFedAvgConfig,
+                      payload=Payload(metrics=(LOSS_KEY,)))]

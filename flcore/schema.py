@@ -1,0 +1,147 @@
+"""Typed run-config sections whose fields declare their default, bounds and doc once.
+
+A section is a frozen dataclass subclassing :class:`Section`; each field is made with :func:`param`::
+
+    @dataclass(frozen=True)
+    class FedProxConfig(Section):
+        NAME = "fedprox"
+        mu: float = param(0.01, "mu of the proximal term mu/2 ||w - w^t||^2 (FedProx Eq. 2)", ge=0)
+
+Keys are kebab-case and prefixed by the section's table, the way Flower flattens nested tables:
+``[tool.flwr.app.config.fedprox] mu = 0.01`` is the key ``fedprox.mu``; the common section (``NAME = ""``)
+has flat keys. :meth:`Section.parse` coerces the types and checks every declared bound, so no check is
+written by hand; cross-field constraints go in :meth:`Section.check`. Floats must always be finite.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import math
+from dataclasses import dataclass, field, fields
+from typing import Any, ClassVar, Mapping, TypeVar
+
+S = TypeVar("S", bound="Section")
+
+
+class ConfigError(ValueError):
+    """A run-config value is missing, unknown, of the wrong type or out of range."""
+
+
+def param(default: Any, doc: str, *, ge: float | None = None, gt: float | None = None,
+          le: float | None = None, lt: float | None = None, choices: tuple[str, ...] | None = None,
+          old: str | None = None) -> Any:
+    """A config field: ``default``, a one-line ``doc`` (cite the paper's equation), bounds (``ge``/``gt``/
+    ``le``/``lt`` for numbers, ``choices`` for strings) and the flat key it had before sectioning (``old``)."""
+    meta = {"doc": doc, "ge": ge, "gt": gt, "le": le, "lt": lt, "choices": choices, "old": old}
+    return field(default=default, metadata=meta)
+
+
+@dataclass(frozen=True)
+class KeySpec:
+    """One run-config key as declared: what ``noniid-fl config`` lists and pyproject.toml is generated from."""
+
+    key: str
+    type: str
+    default: Any
+    doc: str
+    allowed: str
+    old: str | None
+
+
+def _type_name(f: dataclasses.Field) -> str:
+    return f.type if isinstance(f.type, str) else f.type.__name__
+
+
+def _allowed(meta: Mapping[str, Any], typ: str) -> str:
+    if meta.get("choices"):
+        return "one of " + ", ".join(meta["choices"])
+    parts = [f"{op} {meta[name]}" for name, op in (("ge", ">="), ("gt", ">"), ("le", "<="), ("lt", "<"))
+             if meta.get(name) is not None]
+    if typ == "float":
+        parts.append("finite")
+    return ", ".join(parts) or f"any {typ}"
+
+
+def coerce(key: str, value: Any, typ: str) -> Any:
+    """``value`` as a ``typ`` (bool/int/float/str), or ConfigError naming the key."""
+    ok: Any = None
+    if typ == "bool":
+        if isinstance(value, bool):
+            ok = value
+        elif isinstance(value, str) and value.lower() in ("true", "false"):
+            ok = value.lower() == "true"
+    elif typ == "int":
+        if isinstance(value, int) and not isinstance(value, bool):
+            ok = value
+        elif isinstance(value, float) and value.is_integer():
+            ok = int(value)
+    elif typ == "float":
+        if isinstance(value, (int, float)) and not isinstance(value, bool):
+            ok = float(value)
+    elif typ == "str":
+        if isinstance(value, str):
+            ok = value
+    else:
+        raise TypeError(f"config field type {typ!r} is not supported (bool, int, float, str)")
+    if ok is None:
+        raise ConfigError(f"run-config key '{key}' must be a {typ}, got {value!r}")
+    return ok
+
+
+def check_bounds(key: str, value: Any, meta: Mapping[str, Any], typ: str) -> None:
+    """ConfigError naming the key, the bad value and what is allowed, when ``value`` breaks a bound."""
+    bad = False
+    if typ == "float" and not math.isfinite(value):
+        bad = True
+    elif typ in ("int", "float"):
+        bad = ((meta.get("ge") is not None and not value >= meta["ge"])
+               or (meta.get("gt") is not None and not value > meta["gt"])
+               or (meta.get("le") is not None and not value <= meta["le"])
+               or (meta.get("lt") is not None and not value < meta["lt"]))
+    elif typ == "str" and meta.get("choices") is not None:
+        bad = value not in meta["choices"]
+    if bad:
+        raise ConfigError(f"run-config key '{key}' got {value!r}; allowed: {_allowed(meta, typ)}")
+
+
+@dataclass(frozen=True)
+class Section:
+    """Base of every config section; ``NAME`` is its table ("" = the flat common keys)."""
+
+    NAME: ClassVar[str] = ""
+
+    @classmethod
+    def key_of(cls, field_name: str) -> str:
+        kebab = field_name.rstrip("_").replace("_", "-")  # lambda_ -> "lambda"
+        return f"{cls.NAME}.{kebab}" if cls.NAME else kebab
+
+    @classmethod
+    def specs(cls) -> list[KeySpec]:
+        out = []
+        for f in fields(cls):
+            typ = _type_name(f)
+            out.append(KeySpec(cls.key_of(f.name), typ, f.default, f.metadata.get("doc", ""),
+                               _allowed(f.metadata, typ), f.metadata.get("old")))
+        return out
+
+    @classmethod
+    def parse(cls: type[S], values: Mapping[str, Any]) -> S:
+        """The section from a flat run-config mapping; absent keys take their declared default."""
+        kwargs = {}
+        for f in fields(cls):
+            key, typ = cls.key_of(f.name), _type_name(f)
+            value = coerce(key, values[key], typ) if key in values else f.default
+            check_bounds(key, value, f.metadata, typ)
+            kwargs[f.name] = value
+        obj = cls(**kwargs)
+        obj.check()
+        return obj
+
+    def check(self) -> None:
+        """Cross-field constraints (raise ConfigError naming the keys); bounds are checked by parse()."""
+
+    def to_dict(self) -> dict[str, Any]:
+        return {self.key_of(f.name): getattr(self, f.name) for f in fields(self)}
+
+    def replace(self: S, **changes: Any) -> S:
+        return dataclasses.replace(self, **changes)
