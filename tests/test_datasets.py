@@ -4,13 +4,11 @@ import pytest
 from data_partitioning.datasets import DatasetError, load_pool
 from data_partitioning.federated import client_arrays, global_test_set, node_arrays
 from data_partitioning.synthetic import synthetic_client
-from flcore.config import RunConfig, load_defaults
+from flcore.config import RunConfig, resolve_run_config
 
 
 def cfg(**over):
-    values = load_defaults()
-    values.update(over)
-    return RunConfig.from_dict(values)
+    return RunConfig.from_dict(resolve_run_config(over))
 
 
 def test_mnist_5k_pool_is_offline_normalised_and_held_out():

@@ -1,15 +1,13 @@
 import pytest
 import torch
 
-from flcore.config import RunConfig, load_defaults
+from flcore.config import RunConfig, resolve_run_config
 from models import build_model
 from models.networks import BACKBONES
 
 
 def cfg(**over):
-    values = load_defaults()
-    values.update(over)
-    return RunConfig.from_dict(values)
+    return RunConfig.from_dict(resolve_run_config(over))
 
 
 @pytest.mark.parametrize("name,shape,dim", [("logistic", (60,), 60), ("mlp", (1, 8, 8), 200),
