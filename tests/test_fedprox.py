@@ -1,4 +1,7 @@
-"""FedProx (issue 3): the proximal term's value and gradient, mu plumbing, FedAvg aggregation."""
+"""FedProx (issue 3): the proximal term's value and gradient, mu plumbing, FedAvg aggregation.
+
+FedProx's server is FedAvg's (paper Alg. 2 averages like FedAvg); mu travels in one channel only, the run
+config ("fedprox.mu", parsed and bound-checked once), which the trainer reads."""
 
 import numpy as np
 import pytest
@@ -9,9 +12,11 @@ from tests._baselines_util import initial_params, make_cfg, make_data, make_job,
 from client_app.trainers.base import Trainer
 from client_app.trainers.fedprox import FedProxTrainer, ProximalTerm, proximal_penalty
 from client_app.training import Step
-from flcore.config import ConfigError
+from flcore.config import ConfigError, RunConfig
+from flcore.methods.fedprox import FedProxConfig
+from flcore.registry import FEDAVG_STRATEGY, get_method, resolve
 from strategies.aggregation import weighted_average
-from strategies.fedprox import FedProxStrategy
+from strategies.fedavg import FedAvgStrategy
 
 
 def test_penalty_value_by_hand():
@@ -55,8 +60,8 @@ def test_mu_zero_is_fedavg_training_and_mu_pulls_towards_global():
     params = initial_params(cfg)
 
     def train(trainer_cls, mu):
-        job = make_job(cfg, 0, 1, params, data, RecordDict())
-        job.config = {"fedprox.mu": mu}
+        job = make_job(make_cfg(method="fedprox", local_epochs=3, **{"fedprox.mu": mu}), 0, 1, params, data,
+                       RecordDict())
         reply = trainer_cls(job).run()
         return reply.params
 
@@ -72,27 +77,41 @@ def test_mu_zero_is_fedavg_training_and_mu_pulls_towards_global():
     assert dist(strong) < 0.8 * dist(base)
 
 
-def test_strategy_sends_mu_and_trainer_uses_it():
-    cfg = make_cfg(method="fedprox", mu=0.3)
-    strategy = FedProxStrategy(cfg)
-    trainer, _ = run_client(cfg, strategy, 2, 1, initial_params(cfg), make_data(2), RecordDict())
-    assert trainer.job.config["fedprox.mu"] == pytest.approx(0.3)
-    assert trainer.mu == pytest.approx(0.3)
+def test_server_is_fedavg_and_trainer_uses_the_run_config_mu():
+    decl = get_method("fedprox")
+    assert decl.strategy == FEDAVG_STRATEGY and resolve(decl.strategy) is FedAvgStrategy
+    assert decl.config is FedProxConfig
+    cfg = make_cfg(method="fedprox", **{"fedprox.mu": 0.3})
+    params = initial_params(cfg)
+    content = FedAvgStrategy(cfg).train_content(1, 2, params)
+    # one channel: the run config the server sends, no per-client copy of mu
+    assert not any("mu" in key for key in content["config"])
+    assert content["run_config"]["fedprox.mu"] == pytest.approx(0.3)
+    received = RunConfig.from_dict(dict(content["run_config"]), complete=True)
+    assert received.section(FedProxConfig).mu == pytest.approx(0.3)
+    trainer, reply = run_client(cfg, FedAvgStrategy(cfg), 2, 1, params, make_data(2), RecordDict())
+    [term] = trainer.terms()
+    assert isinstance(term, ProximalTerm) and term.mu == pytest.approx(0.3)
+    # the trained model is the one a trainer with mu = 0.3 produces, not mu = 0
+    zero = make_cfg(method="fedprox", **{"fedprox.mu": 0.0})
+    _, reply0 = run_client(zero, FedAvgStrategy(zero), 2, 1, params, make_data(2), RecordDict())
+    assert any(not np.array_equal(np.asarray(reply["arrays"][k].numpy()), np.asarray(reply0["arrays"][k].numpy()))
+               for k in params)
 
 
-def test_bad_mu_is_a_config_error():
-    with pytest.raises(ConfigError, match="fedprox.mu"):
-        FedProxStrategy(make_cfg(method="fedprox", mu=-1.0))
-    cfg = make_cfg(method="fedprox")
-    job = make_job(cfg, 0, 1, initial_params(cfg), make_data(0), RecordDict())
-    job.config = {"fedprox.mu": float("nan")}
-    with pytest.raises(ConfigError, match="fedprox.mu"):
-        FedProxTrainer(job)
+@pytest.mark.parametrize("bad", [-1.0, float("nan"), float("inf")])
+def test_bad_mu_is_a_config_error(bad):
+    with pytest.raises(ConfigError, match=r"run-config key 'fedprox\.mu' got .*; allowed: >= 0, finite"):
+        make_cfg(method="fedprox", **{"fedprox.mu": bad})
+    # a client parsing a run config with a bad mu refuses it too (no client-side fallback)
+    values = {**make_cfg(method="fedprox").to_dict(), "fedprox.mu": bad}
+    with pytest.raises(ConfigError, match=r"'fedprox\.mu' got"):
+        RunConfig.from_dict(values, complete=True)
 
 
 def test_aggregation_is_sample_weighted_average():
     cfg = make_cfg(method="fedprox")
-    strategy = FedProxStrategy(cfg)
+    strategy = resolve(get_method("fedprox").strategy)(cfg)
     a = {"w": np.array([1.0, 2.0], np.float32)}
     b = {"w": np.array([3.0, 6.0], np.float32)}
     from strategies.base import ClientUpdate
