@@ -116,5 +116,6 @@ METHODS = [MethodDecl(
     "client_app.trainers.fedufo:FedUFOTrainer", config=FedUFOConfig, model_hook="models.extras:add_discriminator",
     payload=Payload(config=(STAGE_KEY,), records=(PRIOR_KEY, GROUP_KEY), reply_records=(COUNTS_KEY,),
                     metrics=("fedufo-stage", "fedufo-priors-received", "fedufo-own-prior-retrained",
-                             "fedufo-uniform-loss", "fedufo-disc-loss", "fedufo-cgr-loss", "fedufo-cgl-loss"),
+                             "fedufo-uniform-loss", "fedufo-disc-loss", "fedufo-cgr-loss", "fedufo-cgl-loss",
+                             "fedufo-disc-own-accuracy"),
                     actions=("train", "train.prior", "train.posterior"), state=(STATE_PRIOR, STATE_PRIOR_ROUND)))]

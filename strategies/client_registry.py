@@ -1,0 +1,134 @@
+"""The server's client registry: which clients exist, and which are asked in a round.
+
+Clients are keyed by their *stable id* (partition id or node-config ``client-id``), never by Flower's node
+id, which is random and changes when a node re-registers. Nodes announce id, data size and class counts in a
+``query`` exchange; a failed registration is retried with back-off; a second node claiming an id that a live
+node already holds is refused (the first keeps its slot and its state). Sampling is seeded.
+"""
+
+from __future__ import annotations
+
+import logging
+import math
+import time
+from dataclasses import dataclass
+
+import numpy as np
+from flwr.serverapp import Grid
+
+from strategies.exchange import ExchangeResult, Failure, exchange
+
+log = logging.getLogger("noniid_fl")
+
+
+class RoundFailed(RuntimeError):
+    """Too few usable client updates in a round (or too few clients registered), after the retries."""
+
+
+@dataclass
+class ClientInfo:
+    cid: int
+    node_id: int
+    num_examples: int
+    class_counts: list[int]
+
+
+
+class ClientRegistry:
+    """Mixin of FLStrategy: the registry (``self.clients``), registration and seeded sampling."""
+
+    def sample(self, server_round: int) -> list[int]:
+        """ceil(fraction-train * N) clients (at least min-train-nodes), uniformly without replacement."""
+        ids = sorted(self.clients)
+        n = min(len(ids), max(self.cfg.min_train_nodes, math.ceil(self.cfg.fraction_train * len(ids))))
+        return sorted(int(c) for c in self.rng.choice(ids, size=n, replace=False))
+
+
+    def refresh_clients(self, grid: Grid, wait: bool = True, server_round: int = 0) -> None:
+        """Ask every node we do not know yet for its stable client id, data size and class counts.
+
+        A node whose registration fails (its ClientApp raised, e.g. on a bad partition-id; no answer; lost)
+        is recorded in ``register_failures`` and asked again only after 1, 2, 4, ... rounds (at most 64), so
+        a broken or hung node does not cost a registration exchange - up to round-timeout - every round.
+        """
+        deadline = time.time() + self.cfg.round_timeout
+        while True:
+            node_ids = [int(n) for n in grid.get_node_ids()]
+            known = {info.node_id for info in self.clients.values()}
+            new = [n for n in node_ids if n not in known
+                   and self.register_backoff.get(n, (0, 0))[1] <= server_round]
+            if new:
+                sends = {i - len(new): (n, self._base_content(0)) for i, n in enumerate(new)}  # node order
+                res = exchange(grid, sends, "query", self.cfg.round_timeout, server_round, phase="register",
+                               poll=self.cfg.reply_poll_interval)
+                self._note_register_failures(res, {key: n for key, (n, _) in sends.items()}, server_round)
+                errors = [f for f in res.failures if f.kind == "error"]
+                if errors and len(self.clients) + len(res.replies) < max(self.cfg.min_train_nodes, 1):
+                    raise RoundFailed("client registration failed on %d node(s): %s" % (
+                        len(errors), "; ".join(f.reason for f in errors[:3])))
+                for reply in res.replies.values():
+                    info = reply.content["info"]
+                    cid, node = int(info["cid"]), int(reply.metadata.src_node_id)
+                    holder = self.clients.get(cid)
+                    if holder is not None and holder.node_id != node and holder.node_id in node_ids:
+                        self._refuse_duplicate(cid, node, holder.node_id, server_round)
+                        continue
+                    self.clients[cid] = ClientInfo(cid, node, int(info["num-examples"]), list(info["class-counts"]))
+                    self.register_backoff.pop(node, None)
+            if not wait or len(self.clients) >= max(self.cfg.min_train_nodes, 1):
+                return
+            if time.time() > deadline:
+                raise RoundFailed(
+                    f"only {len(self.clients)} client(s) registered within round-timeout={self.cfg.round_timeout}s; "
+                    f"min-train-nodes={self.cfg.min_train_nodes}")
+            time.sleep(1.0)
+
+    def _note_register_failures(self, res: ExchangeResult, node_of: dict[int, int], server_round: int) -> None:
+        for f in res.failures:
+            node = node_of[f.cid]
+            tries = self.register_backoff.get(node, (0, 0))[0] + 1
+            retry = server_round + 2 ** min(tries - 1, 6)
+            self.register_backoff[node] = (tries, retry)
+            self.register_failures.append(Failure(
+                -1, "register", f.kind, f"node {node}: {f.reason} (attempt {tries}; asked again in round {retry})"))
+
+    def _refuse_duplicate(self, cid: int, node: int, holder: int, server_round: int) -> None:
+        """A node claims a client id that a live node holds: refused (the holder keeps its slot and state),
+        recorded as a registration failure naming both nodes, and asked again with back-off."""
+        tries = self.register_backoff.get(node, (0, 0))[0] + 1
+        retry = server_round + 2 ** min(tries - 1, 6)
+        self.register_backoff[node] = (tries, retry)
+        reason = (f"node {node} claims client id {cid}, already held by live node {holder}: refused "
+                  f"(attempt {tries}; asked again in round {retry})")
+        self.register_failures.append(Failure(cid, "register", "duplicate-id", reason))
+        log.warning("registration: %s", reason)
+
+    def drain_register_failures(self) -> list[Failure]:
+        """Registration failures since the last call (the round driver puts them in the round's results)."""
+        out, self.register_failures = self.register_failures, []
+        return out
+
+    def forget_node(self, cid: int) -> None:
+        """Drop the node behind ``cid`` so it re-registers (possibly under a new node id)."""
+        self.clients.pop(cid, None)
+
+
+    def _forget_lost(self, res: ExchangeResult) -> None:
+        for f in res.failures:
+            if f.kind == "node-lost":
+                self.forget_node(f.cid)
+
+    def federated_eval_cids(self) -> list[int]:
+        """The clients a federated evaluation asks: every registered client, or with
+        ``federated-eval-clients = M`` > 0 a fixed, seeded sample of M of them (the same clients at every
+        evaluation while they stay registered; independent of the training sampler's random stream).
+        Flower's simulation engine costs O(N x pending messages) CPU per 0.1 s poll while an exchange with
+        N clients is in flight, so evaluating all of 1000 clients costs tens of CPU seconds."""
+        ids = sorted(self.clients)
+        m = self.cfg.federated_eval_clients
+        if m == 0 or m >= len(ids):
+            return ids
+        # a seeded pseudo-random rank per client id, independent of the other ids: stable as clients come and go
+        rank = {c: int(np.random.SeedSequence([self.cfg.seed, 0xFEDE7A1, c]).generate_state(1)[0]) for c in ids}
+        return sorted(sorted(ids, key=lambda c: (rank[c], c))[:m])
+
