@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import math
+import re
 import tomllib
 from collections import OrderedDict
 
@@ -10,13 +11,14 @@ import numpy as np
 import pytest
 import torch
 from flwr.app import ArrayRecord, RecordDict
+from flwr.common.config import flatten_dict
 
 from client_app.state import ClientState
 from client_app.trainers.base import ClientData, Trainer, TrainJob
-from client_app.trainers.fedetf import (ACTIVE_KEY, MEANS_RECORD, MEMORY_RECORD, REPORT_KEY, ETFTrainer,
-                                        FedETFConfig, LastEpochClassMeans, add_memory, class_feature_means)
+from client_app.trainers.fedetf import ETFTrainer, LastEpochClassMeans, add_memory, class_feature_means
 from client_app.training import Step
-from flcore.config import PROJECT_ROOT, ConfigError, RunConfig, method_config, resolve_run_config
+from flcore.config import PROJECT_ROOT, ConfigError, RunConfig, resolve_run_config
+from flcore.methods.fedetf import ACTIVE_KEY, MEANS_RECORD, MEMORY_RECORD, REPORT_KEY, FedETFConfig
 from flcore.records import model_params, params_to_record, record_to_params
 from models import build_model
 from models.heads import ETFHead, simplex_etf
@@ -313,16 +315,22 @@ def test_strategy_memory_flow_state_and_bad_reports():
 
 def test_config_defaults_match_pyproject_and_errors_name_the_key():
     with open(PROJECT_ROOT / "pyproject.toml", "rb") as fh:
-        table = tomllib.load(fh)["tool"]["flwr"]["app"]["config"]
+        table = flatten_dict(tomllib.load(fh)["tool"]["flwr"]["app"]["config"])
     defaults = FedETFConfig()
     for key in ("fedetf.alpha", "fedetf.warmup-fraction", "fedetf.gmv-weighting", "fedetf.gmv-features"):
-        assert table[key] == getattr(defaults, key.replace("-", "_"))
+        assert table[key] == getattr(defaults, key.split(".")[1].replace("-", "_"))
     assert defaults.alpha == 0.5
-    for key, bad in (("fedetf.alpha", -1.0), ("fedetf.warmup-fraction", 1.5),
-                     ("fedetf.gmv-weighting", "median"), ("fedetf.gmv-features", "h")):
-        with pytest.raises(ConfigError, match=key):
-            method_config(FedETFConfig, {key: bad})
-    assert math.isclose(method_config(FedETFConfig, {"fedetf.alpha": 1}).alpha, 1.0)
+    for key, bad, allowed in (("fedetf.alpha", -1.0, ">= 0, finite"),
+                              ("fedetf.warmup-fraction", 1.5, ">= 0, <= 1, finite"),
+                              ("fedetf.gmv-weighting", "median", "one of clients, samples"),
+                              ("fedetf.gmv-features", "h", "one of final, train")):
+        with pytest.raises(ConfigError, match=re.escape(f"run-config key '{key}' got {bad!r}; allowed: {allowed}")):
+            FedETFConfig.parse({key: bad})
+        with pytest.raises(ConfigError, match=re.escape(f"run-config key '{key}' got {bad!r}")):
+            make_cfg(**{key: bad})
+    parsed = FedETFConfig.parse({"fedetf.alpha": 1})
+    assert isinstance(parsed.alpha, float) and math.isclose(parsed.alpha, 1.0)
+    assert make_cfg(**{"fedetf.alpha": 1}).section(FedETFConfig) == parsed
 
 
 # ============================================================================ ETF composes with any method
