@@ -3,24 +3,29 @@
 from __future__ import annotations
 
 import json
+import re
+import tomllib
 from collections import OrderedDict
+from dataclasses import fields
 
 import numpy as np
 import pytest
 import torch
 import torch.nn.functional as F
 from flwr.app import RecordDict
+from flwr.common.config import flatten_dict
 
 from client_app.state import ClientState
 from client_app.trainers.base import ClientData, Trainer, TrainJob
 from client_app.training import evaluate
 from client_app.trainers.fedbc import (FedBCFineTuneTrainer, FedBCTrainer, LagrangianPenalty, PerFedBCTrainer,
                                        squared_distance as torch_sq_dist)
-from flcore.config import ConfigError, RunConfig, load_defaults
+from flcore.config import PROJECT_ROOT, ConfigError, RunConfig
+from flcore.methods.fedbc import FedBCConfig
 from flcore.records import model_params
 from models import build_model
 from strategies.base import ClientInfo, ClientUpdate
-from strategies.fedbc import FedBCConfig, FedBCStrategy
+from strategies.fedbc import FedBCStrategy
 from strategies.fedbc_math import (dual_ascent, dual_weighted_average, dual_weights, gamma_step, project,
                                    squared_distance)
 
@@ -37,7 +42,7 @@ def run_cfg(**overrides) -> RunConfig:
 
 
 def strategy(num_clients: int = 3, **fedbc) -> FedBCStrategy:
-    s = FedBCStrategy(run_cfg(**{f"fedbc-{k.replace('_', '-')}": v for k, v in fedbc.items()}))
+    s = FedBCStrategy(run_cfg(**{f"fedbc.{k.replace('_', '-')}": v for k, v in fedbc.items()}))
     for cid in range(num_clients):
         s.clients[cid] = ClientInfo(cid, 100 + cid, 10 * (cid + 1), [1, 1])
     return s
@@ -181,7 +186,7 @@ def test_round_metrics_vectors_and_state_dict_roundtrip():
     m = s.round_metrics()
     assert m["fedbc-cids"] == [0, 1, 2] and m["fedbc-num-examples"] == [10, 20, 30]
     assert m["fedbc-lambda"][1] == 0.0 and m["fedbc-lambda"][0] > 0 and m["fedbc-lambda"][2] > 0
-    assert m["fedbc.lambda-max"] == max(m["fedbc-lambda"]) and m["fedbc-gamma-min"] == min(m["fedbc-gamma"])
+    assert m["fedbc-lambda-max"] == max(m["fedbc-lambda"]) and m["fedbc-gamma-min"] == min(m["fedbc-gamma"])
     state = json.loads(json.dumps(s.state_dict()))            # plain, JSON-safe values
     t = strategy(3, eta_lambda=0.01)
     t.load_state_dict(state)
@@ -195,27 +200,38 @@ def test_round_metrics_vectors_and_state_dict_roundtrip():
         t.load_state_dict({"rng": state["rng"], "client_accuracy": {}})
 
 
-@pytest.mark.parametrize("key,value", [("fedbc.eta-lambda", -1.0), ("fedbc.lambda-momentum", 1.0),
-                                       ("fedbc.gamma-init", float("nan")), ("fedbc.finetune-steps", -1),
-                                       ("fedbc.maml-inner-lr", 0.0)])
-def test_bad_config_values_name_the_key(key, value):
-    cfg = run_cfg(**{key: value})
-    with pytest.raises(ConfigError, match=key):
-        FedBCStrategy(cfg)
-        job = make_job(cfg, {"fedbc-lambda": 0.0, "fedbc-gamma": 0.0})
-        FedBCTrainer(job)
+@pytest.mark.parametrize("key,value,allowed", [("fedbc.eta-lambda", -1.0, ">= 0, finite"),
+                                               ("fedbc.lambda-momentum", 1.0, ">= 0, < 1, finite"),
+                                               ("fedbc.gamma-init", float("nan"), ">= 0, finite"),
+                                               ("fedbc.finetune-steps", -1, ">= 0"),
+                                               ("fedbc.maml-inner-lr", 0.0, "> 0, finite")])
+def test_bad_config_values_name_the_key(key, value, allowed):
+    """Refused when the run config is parsed (server start, and every client's parse of what it receives)."""
+    with pytest.raises(ConfigError, match=re.escape(f"run-config key '{key}' got {value!r}; allowed: {allowed}")):
+        run_cfg(**{key: value})
+    with pytest.raises(ConfigError, match=re.escape(f"run-config key '{key}' got {value!r}")):
+        FedBCConfig.parse({key: value})
+
+
+def test_lambda_init_above_lambda_max_is_refused():
+    with pytest.raises(ConfigError, match=re.escape("'fedbc.lambda-init' (2.0) must not exceed 'fedbc.lambda-max' "
+                                                    "(1.0)")):
+        run_cfg(**{"fedbc.lambda-init": 2.0, "fedbc.lambda-max": 1.0})
+    cfg = run_cfg(**{"fedbc.lambda-init": 2.0, "fedbc.lambda-max": 0.0})   # 0 = no upper bound
+    assert cfg.section(FedBCConfig).upper is None
 
 
 def test_config_defaults_equal_pyproject_block():
-    defaults = load_defaults()
+    with open(PROJECT_ROOT / "pyproject.toml", "rb") as fh:
+        defaults = flatten_dict(tomllib.load(fh)["tool"]["flwr"]["app"]["config"])
     c = FedBCConfig()
-    for field_name in ("lambda_init", "gamma_init", "eta_lambda", "eta_gamma", "lambda_momentum",
-                       "lambda_max", "fix_gamma"):
-        assert defaults["fedbc-" + field_name.replace("_", "-")] == getattr(c, "fedbc_" + field_name)
-    from client_app.trainers.fedbc import FedBCConfig
-    cc = FedBCConfig()
-    for field_name in ("finetune_steps", "finetune_lr", "maml_inner_steps", "maml_inner_lr"):
-        assert defaults["fedbc-" + field_name.replace("_", "-")] == getattr(cc, "fedbc_" + field_name)
+    names = [f.name for f in fields(FedBCConfig)]
+    for field_name in ("lambda_init", "gamma_init", "eta_lambda", "eta_gamma", "lambda_momentum", "lambda_max",
+                       "fix_gamma", "finetune_steps", "finetune_lr", "maml_inner_steps", "maml_inner_lr"):
+        assert field_name in names
+    for field_name in names:
+        assert defaults["fedbc." + field_name.replace("_", "-")] == getattr(c, field_name)
+    assert run_cfg().section(FedBCConfig) == c
 
 
 # ------------------------------------------------------------------------------------------ client
