@@ -7,12 +7,12 @@ in the message config (keys ``fedbc-lambda`` / ``fedbc-gamma``). No 1/2 in front
 (paper, authors' code), so the gradient is grad f_k + 2 lambda_k (x - z): FedProx with mu = 2 lambda_k.
 
 Variants:
-- FedBC-FineTune: P-FL is measured on a copy of the local model fine-tuned for ``fedbc-finetune-steps``
+- FedBC-FineTune: P-FL is measured on a copy of the local model fine-tuned for ``fedbc.finetune-steps``
   SGD steps on local *training* batches (the paper fine-tunes on a test batch; we do not touch test data).
 - Per-FedBC (Appendix E.4, Algorithm 3): first-order MAML. Per local step: K inner steps
   x' = x - alpha grad[f_k(x; B1) + lambda_k(||x - z||^2 - gamma_k)], then the outer step
   x <- x - beta grad f_k(x'; B2) (second-order terms dropped), beta = run-config ``lr``. P-FL is the
-  received global (meta) model adapted by ``fedbc-finetune-steps`` steps on local training data.
+  received global (meta) model adapted by ``fedbc.finetune-steps`` steps on local training data.
 """
 
 from __future__ import annotations

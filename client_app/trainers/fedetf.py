@@ -12,7 +12,7 @@ Only the local *training* forward uses mu_y (it needs the label); evaluation and
 After training, the client reports the per-class mean of its backbone features f and the class counts
 (record ``class-means``); the server averages them into mu^t (``strategies/fedetf.py``).
 
-Which features make the class means (``fedetf-gmv-features``):
+Which features make the class means (``fedetf.gmv-features``):
   ``final`` (default): one no-grad pass of the trained local model theta_k^t over the local training set,
       i.e. (1/|D_kj|) sum_{i in D_kj} F_{theta_k^t}(x_i) with the model the client returns;
   ``train``: the detached f computed in the training forward passes of the last local epoch (Alg. 1 writes
