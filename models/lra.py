@@ -10,28 +10,28 @@ Per minibatch of features Z = F(X) (B x d):
   4. L steps of attentive message passing over N_i                                 (Eq. 5-6)
          h_i^{l+1} = [h_i^l +] sum_{j in N_i} a_ij W^l h_j^l,
          a_ij = softmax_{j in N_i} ((W_r^l h_i)^T (W_s^l h_j) / sqrt(d)),   Z_hat = h^L.
-     The residual term h_i^l (``lra-residual``, default on) is the authors' code's (their attention layer
+     The residual term h_i^l (``fedrane.lra-residual``, default on) is the authors' code's (their attention layer
      adds its input back); the paper's Eq. 5 omits it. Without it, Z_hat_i is built from the *other*
      samples only (diag(A) = 0), and on the dense SLIM graph (every A_ij > 0, so N_i = all j != i
-     unless ``lra-topk`` > 0) the attention starts near uniform: Z_hat_i is then about the batch mean for
+     unless ``fedrane.lra-topk`` > 0) the attention starts near uniform: Z_hat_i is then about the batch mean for
      every i and the predictor cannot tell samples apart. Centrally on digits the literal form stayed
      at the chance-level loss ln 10 for 8 epochs; the residual form trains.
   5. Contrastive discrimination L_CD over [Z; Z_hat] with Pearson similarity        (Eq. 7)
      (used by client_app/trainers/fedrane.py: loss = CE(head(Z_hat), y) + lambda_CD L_CD, Eq. 9).
 
 Neighbourhoods: neither SLIM form yields exact zeros, so the paper's N_i = {j : A_ij > 0} is every other
-sample of the batch and the graph only excludes i itself. ``lra-topk`` = k keeps the k strongest SLIM
+sample of the batch and the graph only excludes i itself. ``fedrane.lra-topk`` = k keeps the k strongest SLIM
 relations per node, which is what makes the graph matter; our experiments use k = 5 (a model trained with
 the dense graph scored 0.69 G-FL on digits under dense relational evaluation and 0.82 under top-5).
 
 The graph (steps 1-3) is built without gradient: it only selects the neighbour sets, which have zero
 derivative; gradients reach the extractor through message passing and L_CD. It is computed in float64.
 
-Evaluation (``lra-eval``): the paper's network is F -> G -> predictor, so by default (``relational``) the
+Evaluation (``fedrane.lra-eval``): the paper's network is F -> G -> predictor, so by default (``relational``) the
 neck runs at evaluation too, over whatever batch it is given: the server's central evaluation passes
 test batches of 512 (fixed order), P-FL passes a client's local test split. Predictions then depend on
 the other samples of the batch (transductive). ``identity`` skips G at evaluation, as the authors'
-code does (predictor on F's features); it is only consistent with training when ``lra-alpha`` > 0
+code does (predictor on F's features); it is only consistent with training when ``fedrane.lra-alpha`` > 0
 mixes Z into the predictor's input (h = alpha Z + (1 - alpha) Z_hat; the code's ``reg_graph_aug``).
 """
 

@@ -2,14 +2,14 @@
 
 Each round: deltas Delta_k = theta_k - theta_t of the clients that returned a valid update; their Gram
 matrix M = G^T G (float64, layer by layer); Nash-bargaining weights p with p_k (M p)_k = 1 (Eq. 15,
-strategies/nash.py); then theta_{t+1} = theta_t + G (s p) with the step scale s set by ``gne-scale``:
+strategies/nash.py); then theta_{t+1} = theta_t + G (s p) with the step scale s set by ``fedrane.gne-scale``:
 
 * ``normalized``  (authors' code, default): s = 1 / sum_k p_k, i.e. the convex combination
   sum_k w_k theta_k with w = p / sum p. The Nash solution fixes the direction; this fixes the length
   at that of a weighted average of the client models.
 * ``fedavg-norm``: s such that ||G s p|| = ||sum_k (n_k/n) Delta_k||, the Nash direction at the length
   of this round's FedAvg update.
-* ``server-lr``:  s = gne-server-lr. With s = 1 this is the paper's literal theta + G p, whose norm is
+* ``scaffold.server-lr``:  s = gne-server-lr. With s = 1 this is the paper's literal theta + G p, whose norm is
   sqrt(K) whatever the size of the deltas (p^T M p = K at the solution).
 
 A degenerate round (a non-negative combination of the deltas vanishes: no minimiser) falls back to
