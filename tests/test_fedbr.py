@@ -4,24 +4,31 @@ from __future__ import annotations
 
 import copy
 import math
+import re
+import tomllib
 from collections import OrderedDict
+from dataclasses import fields
 
 import numpy as np
 import pytest
 import torch
 import torch.nn.functional as F
 from flwr.app import RecordDict
+from flwr.common.config import flatten_dict
 from torch import nn
 
 from client_app.state import ClientState
 from client_app.trainers.base import ClientData, TrainJob
-from client_app.trainers.fedbr import (STATE_KEY, ContrastiveTerm, FedBRConfig, FedBRTrainer, MaxStep,
-                                       PseudoBatch, PseudoClassTerm, ProjectionHead, add_projection_head)
+from client_app.trainers.fedbr import (ContrastiveTerm, FedBRTrainer, MaxStep, PseudoBatch,
+                                       PseudoClassTerm)
 from client_app.trainers.fedbr_pseudo import (contrastive_loss, mixture_pseudo_data, mixup, proxy_samples,
                                               rsm_pseudo_data, soft_cross_entropy, uniform_labels)
 from client_app.training import Step
-from flcore.config import ConfigError, RunConfig, method_config
+from flcore.config import PROJECT_ROOT, ConfigError, RunConfig
+from flcore.methods.fedbr import STATE_KEY, FedBRConfig
+from flcore.registry import get_method
 from models.base import FLModel
+from models.extras import ProjectionHead, add_fedbr_projection
 from models.networks import Flatten
 from strategies.base import ClientUpdate
 from strategies.fedbr import FedBRStrategy, uniform_delta_average
@@ -129,7 +136,7 @@ def test_mixup_is_a_convex_combination_within_the_batch():
 def tiny_model(cfg: RunConfig) -> FLModel:
     torch.manual_seed(0)
     model = FLModel(nn.Sequential(Flatten(), nn.Linear(16, 6), nn.ReLU()), nn.Linear(6, C), 6, C)
-    add_projection_head(model, cfg)
+    add_fedbr_projection(model, cfg)
     return model
 
 
@@ -154,6 +161,7 @@ def changed(before: dict, module: nn.Module) -> set[str]:
 
 
 def test_projection_head_is_d_2d_2d_d_mlp():
+    assert get_method("fedbr").model_hook == "models.extras:add_fedbr_projection"
     head = ProjectionHead(6)
     dims = [(m.in_features, m.out_features) for m in head if isinstance(m, nn.Linear)]
     assert dims == [(6, 12), (12, 12), (12, 6)]
@@ -287,16 +295,18 @@ def test_mixup_option_trains_and_full_fedbr_learns_on_a_separable_task():
 
 # ------------------------------------------------------------------------------------------------ config + server
 def test_config_defaults_match_pyproject_and_bad_values_name_the_key():
-    from flcore.config import load_defaults
-    defaults = {k: v for k, v in load_defaults().items() if k.startswith("fedbr-")}
-    assert method_config(FedBRConfig, defaults) == FedBRConfig()
-    assert len(defaults) == len(FedBRConfig.__dataclass_fields__)
-    with pytest.raises(ConfigError, match="fedbr.tau1"):
-        method_config(FedBRConfig, {"fedbr.tau1": 0.0})
-    with pytest.raises(ConfigError, match="fedbr.pseudo'"):
-        method_config(FedBRConfig, {"fedbr.pseudo": "gan"})
-    with pytest.raises(ConfigError, match="fedbr.mu"):
-        method_config(FedBRConfig, {"fedbr.mu": "a lot"})
+    with open(PROJECT_ROOT / "pyproject.toml", "rb") as fh:
+        table = flatten_dict(tomllib.load(fh)["tool"]["flwr"]["app"]["config"])
+    defaults = {k: v for k, v in table.items() if k.startswith("fedbr.")}
+    assert FedBRConfig.parse(defaults) == FedBRConfig()
+    assert len(defaults) == len(fields(FedBRConfig))
+    assert FedBRConfig.parse({"fedbr.lambda": 0.3}).lambda_ == 0.3   # the key of field lambda_
+    for key, bad, message in (("fedbr.tau1", 0.0, "got 0.0; allowed: > 0, finite"),
+                              ("fedbr.pseudo", "gan", "got 'gan'; allowed: one of mixture, rsm"),
+                              ("fedbr.mu", "a lot", "must be a float, got 'a lot'"),
+                              ("fedbr.lambda", -1.0, "got -1.0; allowed: >= 0, finite")):
+        with pytest.raises(ConfigError, match=re.escape(f"run-config key '{key}' {message}")):
+            FedBRConfig.parse({key: bad})
 
 
 def test_server_averages_deltas_uniformly():
@@ -313,8 +323,9 @@ def test_server_averages_deltas_uniformly():
     assert strat.round_metrics() == {"fedbr-con-loss": 1.0}
     weighted = FedBRStrategy(RunConfig.from_dict({"method": "fedbr", "fedbr.weighting": "samples"}))
     assert np.allclose(weighted.aggregate(1, g, updates)["w"], [(2 + 10 + 0) / 111, (1 + 40 + 100) / 111])
-    with pytest.raises(ConfigError, match="fedbr.weighting"):
-        FedBRStrategy(RunConfig.from_dict({"method": "fedbr", "fedbr.weighting": "median"}))
+    with pytest.raises(ConfigError, match=re.escape("run-config key 'fedbr.weighting' got 'median'; allowed: one "
+                                                    "of uniform, samples")):
+        RunConfig.from_dict({"method": "fedbr", "fedbr.weighting": "median"})
 
 
 # ------------------------------------------------------------------------------------------------ end to end
