@@ -7,8 +7,10 @@ goes through the strategy's own collect_updates (validation) and aggregate.
 
 from __future__ import annotations
 
+import re
+from dataclasses import fields
 from types import SimpleNamespace
-from typing import Any
+from typing import Any, Mapping
 
 import numpy as np
 import torch
@@ -16,7 +18,7 @@ from flwr.app import MetricRecord, RecordDict
 
 from client_app.state import ClientState
 from client_app.trainers.base import ClientData, TrainJob
-from flcore.config import RunConfig, resolve_run_config
+from flcore.config import CommonConfig, RunConfig, resolve_run_config
 from flcore.records import params_to_record, record_to_params
 from flcore.registry import get_method, resolve
 from models import build_model
@@ -25,11 +27,35 @@ from strategies.base import ClientInfo
 DIM, CLASSES = 6, 3
 
 
+def run_config_keys(method: str, overrides: Mapping[str, Any]) -> dict[str, Any]:
+    """Keyword overrides as run-config keys: a keyword names a common key (``local_epochs`` ->
+    ``local-epochs``) or, when no common key has that name, a field of ``method``'s section (``tau`` ->
+    ``moon.tau``); dashed and dotted keys (``{"fedprox.mu": 0.1}``) pass through unchanged."""
+    section = get_method(method).config
+    section_fields = {f.name for f in fields(section)} if section is not None else set()
+    common = {CommonConfig.key_of(f.name) for f in fields(CommonConfig)}
+    out = {}
+    for name, value in overrides.items():
+        key = name.replace("_", "-")
+        if key not in common and "." not in name and name in section_fields:
+            key = section.key_of(name)
+        out[key] = value
+    return out
+
+
 def make_cfg(**overrides: Any) -> RunConfig:
-    base = {"model": "mlp", "batch-size": 8, "lr": 0.1, "local-epochs": 1, "dataset": "synthetic",
-            "partition": "natural", "min-train-nodes": 1}
-    base.update({k.replace("_", "-"): v for k, v in overrides.items()})
+    """A parsed run config for the tiny synthetic setting; keywords as in :func:`run_config_keys`
+    (``make_cfg(method="moon", tau=0.5)`` sets ``moon.tau``)."""
+    base: dict[str, Any] = {"model": "mlp", "batch-size": 8, "lr": 0.1, "local-epochs": 1, "dataset": "synthetic",
+                            "partition": "natural", "min-train-nodes": 1}
+    base.update(run_config_keys(overrides.get("method", "fedavg"), overrides))
     return RunConfig.from_dict(resolve_run_config(base))
+
+
+def bound_error(key: str, value: Any, allowed: str) -> str:
+    """The regex of the ConfigError a declared bound raises: it names the key, the bad value and what is
+    allowed (flcore/schema.py)."""
+    return re.escape(f"run-config key '{key}' got {value!r}; allowed: {allowed}")
 
 
 def make_data(seed: int, n: int = 24, n_test: int = 8) -> ClientData:

@@ -6,7 +6,7 @@ import pytest
 import torch
 from flwr.app import RecordDict
 
-from tests._baselines_util import initial_params, make_cfg, make_data, register, run_round
+from tests._baselines_util import bound_error, initial_params, make_cfg, make_data, register, run_round
 from client_app.state import ClientState
 from client_app.trainers.feddyn import STATE_GRAD, feddyn_regulariser, feddyn_state_update
 from flcore.config import ConfigError
@@ -84,5 +84,5 @@ def test_aggregate_and_state_round_trip():
     other = FedDynStrategy(cfg)
     other.load_state_dict(strategy.state_dict())
     np.testing.assert_allclose(other.h["w"], strategy.h["w"])
-    with pytest.raises(ConfigError, match="feddyn.alpha"):
+    with pytest.raises(ConfigError, match=bound_error("feddyn.alpha", 0.0, "> 0, finite")):
         FedDynStrategy(make_cfg(method="feddyn", alpha=0.0))

@@ -17,13 +17,14 @@ from flcore.records import model_params
 from models import build_model
 from strategies.aggregation import weighted_average
 from strategies.base import ClientUpdate
-from strategies.fedrane import FedRANEConfig, GNEStrategy, step_coefficients
-from flcore.config import method_config
+from flcore.methods.fedrane import FedRANEConfig
+from strategies.fedrane import GNEStrategy, step_coefficients
+from tests._baselines_util import bound_error, run_config_keys
 
 
 def cfg(**over) -> RunConfig:
     base = {"method": "fedrane", "dataset": "digits", "model": "convnet", "batch-size": 16, "lr": 0.1}
-    return RunConfig.from_dict(resolve_run_config({**base, **{k.replace("_", "-"): v for k, v in over.items()}}))
+    return RunConfig.from_dict(resolve_run_config({**base, **run_config_keys("fedrane", over)}))
 
 
 def params(vec: np.ndarray) -> "OrderedDict[str, np.ndarray]":
@@ -148,9 +149,11 @@ def test_warm_start_state_roundtrip():
 
 
 def test_gne_config_errors_name_the_key():
-    for key, value in (("fedrane.gne-solver", "lbfgs"), ("fedrane.gne-scale", "unit"), ("fedrane.gne-server-lr", 0.0), ("fedrane.gne-max-iter", 0)):
-        with pytest.raises(ConfigError, match=key):
-            method_config(FedRANEConfig, {key: value})
+    for key, value, allowed in (("fedrane.gne-solver", "lbfgs", "one of cvxpy, newton"),
+                                ("fedrane.gne-scale", "unit", "one of normalized, fedavg-norm, server-lr"),
+                                ("fedrane.gne-server-lr", 0.0, "> 0, finite"), ("fedrane.gne-max-iter", 0, ">= 1")):
+        with pytest.raises(ConfigError, match=bound_error(key, value, allowed)):
+            FedRANEConfig.parse({key: value})
 
 
 # ------------------------------------------------------------------------------------------ client side

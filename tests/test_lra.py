@@ -8,11 +8,13 @@ import numpy as np
 import pytest
 import torch
 
-from flcore.config import ConfigError, RunConfig, method_config, resolve_run_config
+from flcore.config import ConfigError, RunConfig, resolve_run_config
+from flcore.methods.fedrane import FedRANEConfig
 from models import build_model
-from models.lra import (AttentiveMessagePassing, FedRANEConfig, LRANeck, batch_graph, contrastive_discrimination,
+from models.lra import (AttentiveMessagePassing, LRANeck, batch_graph, contrastive_discrimination,
                         inverse_sqrt_gram, neighbour_mask, pearson_matrix, relational_adjacency,
                         slim_alternating, slim_b_step, slim_closed_form, slim_objective)
+from tests._baselines_util import bound_error, run_config_keys
 
 
 def features(n: int = 24, d: int = 10, seed: int = 0) -> torch.Tensor:
@@ -151,7 +153,7 @@ def test_contrastive_loss_prefers_aligned_views():
 
 def cfg(**over) -> RunConfig:
     base = {"method": "fedrane", "dataset": "digits", "model": "convnet"}
-    return RunConfig.from_dict(resolve_run_config({**base, **{k.replace("_", "-"): v for k, v in over.items()}}))
+    return RunConfig.from_dict(resolve_run_config({**base, **run_config_keys("fedrane", over)}))
 
 
 def test_model_hook_installs_federated_neck():
@@ -207,13 +209,10 @@ def test_batch_graph_modes_and_topk():
 
 
 def test_config_errors_name_the_key():
-    with pytest.raises(ConfigError, match="fedrane.lra-graph"):
-        method_config(FedRANEConfig, {"fedrane.lra-graph": "knn"})
-    with pytest.raises(ConfigError, match="fedrane.lra-eval"):
-        method_config(FedRANEConfig, {"fedrane.lra-eval": "sometimes"})
-    with pytest.raises(ConfigError, match="fedrane.lra-tau"):
-        method_config(FedRANEConfig, {"fedrane.lra-tau": 0.0})
-    with pytest.raises(ConfigError, match="fedrane.lra-alpha"):
-        method_config(FedRANEConfig, {"fedrane.lra-alpha": 1.5})
-    with pytest.raises(ConfigError, match="fedrane.lra-steps"):
-        method_config(FedRANEConfig, {"fedrane.lra-steps": 0})
+    for key, value, allowed in (("fedrane.lra-graph", "knn", "one of alternating, closed-form"),
+                                ("fedrane.lra-eval", "sometimes", "one of relational, identity"),
+                                ("fedrane.lra-tau", 0.0, "> 0, finite"),
+                                ("fedrane.lra-alpha", 1.5, ">= 0, <= 1, finite"),
+                                ("fedrane.lra-steps", 0, ">= 1")):
+        with pytest.raises(ConfigError, match=bound_error(key, value, allowed)):
+            FedRANEConfig.parse({key: value})

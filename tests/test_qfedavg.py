@@ -16,7 +16,7 @@ from flcore.records import params_to_record
 from models import build_model
 from strategies.base import ClientUpdate
 from strategies.qfedavg import QFedAvgStrategy, qfedavg_aggregate
-from tests._baselines_util import make_cfg
+from tests._baselines_util import bound_error, make_cfg
 
 W = {"w": np.array([1.0, 1.0], np.float32)}
 CLIENTS = [{"w": np.array([0.0, 1.0], np.float32)}, {"w": np.array([1.0, 3.0], np.float32)}]
@@ -85,5 +85,5 @@ def test_reply_without_a_usable_loss_is_rejected():
     updates, rejected = s.collect_updates(1, {7: SimpleNamespace(content=bad), 8: SimpleNamespace(content=nan)}, W)
     assert updates == [] and [f.cid for f in rejected] == [7, 8]
     assert "missing" in rejected[0].reason and "finite" in rejected[1].reason
-    with pytest.raises(ConfigError, match="qfedavg.q"):
+    with pytest.raises(ConfigError, match=bound_error("qfedavg.q", -0.1, ">= 0, finite")):
         QFedAvgStrategy(make_cfg(method="qfedavg", q=-0.1))

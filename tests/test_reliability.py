@@ -4,6 +4,7 @@ Runs the real round driver and ClientApp handlers through tests/fakegrid.py (no 
 """
 
 import json
+import re
 
 import numpy as np
 import pytest
@@ -109,11 +110,15 @@ def test_same_seed_same_results_different_seed_different(tmp_path):
 
 
 @pytest.mark.parametrize("over,match", [
-    ({"method": "fedfoo"}, "'method'"), ({"dataset": "svhn"}, "'dataset'"), ({"partition": "zipf"}, "'partition'"),
-    ({"lr": 0}, "'lr' must be > 0"), ({"fraction-train": 0}, "'fraction-train'"),
+    ({"method": "fedfoo"}, "'method' got 'fedfoo'; allowed: one of fedavg, fedprox"),
+    ({"dataset": "svhn"}, "'dataset' got 'svhn'; allowed: one of mnist, fmnist"),
+    ({"partition": "zipf"}, "'partition' got 'zipf'; allowed: one of iid, dirichlet"),
+    ({"lr": 0}, "'lr' got 0.0; allowed: > 0, finite"),
+    ({"fraction-train": 0}, "'fraction-train' got 0.0; allowed: > 0, <= 1"),
 ])
 def test_bad_config_fails_before_round_one(tmp_path, over, match):
-    with pytest.raises(ConfigError, match=match):
+    """The message names the key, the bad value and what is allowed (the declared bounds)."""
+    with pytest.raises(ConfigError, match=re.escape(match)):
         cfg(tmp_path, **over)
 
 

@@ -9,7 +9,8 @@ import torch
 import torch.nn.functional as F
 from flwr.app import MetricRecord, RecordDict
 
-from tests._baselines_util import initial_params, make_cfg, make_data, make_job, register, run_client, run_round
+from tests._baselines_util import (bound_error, initial_params, make_cfg, make_data, make_job, register, run_client,
+                                   run_round)
 from client_app.trainers.base import Trainer
 from client_app.trainers.scaffold import (DELTA_C, STATE_C_I, ControlVariateTerm, full_gradient,
                                           option2_variate, momentum_step_sum)
@@ -186,9 +187,9 @@ def test_state_dict_round_trip_and_config_errors():
     other = ScaffoldStrategy(cfg)
     other.load_state_dict(strategy.state_dict())
     np.testing.assert_array_equal(other.c["w"], [1.5, -2.0])
-    with pytest.raises(ConfigError, match="scaffold.option"):
+    with pytest.raises(ConfigError, match=bound_error("scaffold.option", "III", "one of I, II")):
         ScaffoldStrategy(make_cfg(method="scaffold", option="III"))
-    with pytest.raises(ConfigError, match="scaffold.server-lr"):
+    with pytest.raises(ConfigError, match=bound_error("scaffold.server-lr", 0.0, "> 0, finite")):
         ScaffoldStrategy(make_cfg(method="scaffold", server_lr=0.0))
 
 
