@@ -3,6 +3,8 @@
 from __future__ import annotations
 
 import math
+import re
+import tomllib
 
 import numpy as np
 import pytest
@@ -12,15 +14,16 @@ from flwr.app import ConfigRecord, Context, Error, Message, RecordDict
 from benchmarks.inproc_grid import InProcessGrid
 from client_app.state import ClientState
 from client_app.trainers.base import ClientData, TrainJob
-from client_app.trainers.fedufo import (COUNTS_KEY, GROUP_KEY, PRIOR_KEY, FedUFOConfig, FedUFOTrainer,
-                                        active_terms, needs_relay, parse_losses, stage_of)
-from client_app.trainers.ufo_losses import (class_proportions, consensus_kl, discriminator_loss, group_target,
-                                            uniform_loss)
-from flcore.config import ConfigError, RunConfig, method_config, resolve_run_config
+from client_app.trainers.fedufo import FedUFOTrainer
+from client_app.trainers.ufo_losses import consensus_kl, discriminator_loss, group_target, uniform_loss
+from flcore.config import PROJECT_ROOT, ConfigError, RunConfig, resolve_run_config
+from flcore.methods.fedufo import (COUNTS_KEY, GROUP_KEY, PRIOR_KEY, FedUFOConfig, active_terms, class_proportions,
+                                   needs_relay, parse_losses, stage_of)
 from flcore.records import model_params, params_to_record
 from models import build_model
 from strategies.exchange import record_dict_nbytes
 from strategies.fedufo import FedUFOStrategy, dynamic_sample, relay_records, strip_discriminator
+from tests._baselines_util import bound_error
 
 
 # ============================================================================ Eq. 4: UAD loss
@@ -95,17 +98,19 @@ def test_consensus_kl_directions_hand_values():
 
 # ============================================================================ config, stages
 def test_config_defaults_match_pyproject_and_errors_name_the_key():
-    defaults = resolve_run_config({})
-    ufo = method_config(FedUFOConfig, defaults)
+    ufo = FedUFOConfig.parse(resolve_run_config({}))
     assert ufo == FedUFOConfig()
+    table = tomllib.loads((PROJECT_ROOT / "pyproject.toml").read_text())["tool"]["flwr"]["app"]["config"]["fedufo"]
+    assert FedUFOConfig.parse({f"fedufo.{k}": v for k, v in table.items()}) == ufo
     assert ufo.cgl_lambda == 3.0 and ufo.losses == {"uad", "cgr", "cgl"}
     assert parse_losses("cgl") == {"cgl"} and parse_losses("none") == frozenset()
-    with pytest.raises(ConfigError, match="fedufo.losses"):
-        method_config(FedUFOConfig, {"fedufo.losses": "uad,gan"})
-    with pytest.raises(ConfigError, match="fedufo.posterior-init"):
-        method_config(FedUFOConfig, {"fedufo.posterior-init": "random"})
-    with pytest.raises(ConfigError, match="fedufo.num-clients"):
-        method_config(FedUFOConfig, {"fedufo.num-clients": 1})
+    with pytest.raises(ConfigError, match=re.escape("'fedufo.losses' has unknown loss(es) ['gan']; use a "
+                                                    "comma-separated subset of uad, cgr, cgl")):
+        FedUFOConfig.parse({"fedufo.losses": "uad,gan"})
+    with pytest.raises(ConfigError, match=bound_error("fedufo.posterior-init", "random", "one of global, prior")):
+        FedUFOConfig.parse({"fedufo.posterior-init": "random"})
+    with pytest.raises(ConfigError, match=bound_error("fedufo.num-clients", 1, ">= 2")):
+        FedUFOConfig.parse({"fedufo.num-clients": 1})
 
 
 def test_stage_schedule_and_relay_need():
