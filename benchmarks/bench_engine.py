@@ -58,11 +58,11 @@ def main() -> None:
         registry.append(r)
         print(f"[registry] N={n:5d}: {r['registry_mib']:.3f} MiB, refresh with all nodes known "
               f"{r['refresh_known_cpu_ms']:.2f} ms cpu per round", flush=True)
-    from flcore.config import load_defaults
+    from flcore.config import defaults
 
     node_state = []
     for n in args.clients:
-        r = flower_node_state_cost(n, load_defaults())
+        r = flower_node_state_cost(n, defaults())
         node_state.append(r)
         print(f"[flower] N={n:5d}: {r['linkstate_kib_per_node']:.2f} KiB per node in the SuperLink state, "
               f"{r['context_kib_per_node']:.2f} KiB per node Context (full run config)", flush=True)

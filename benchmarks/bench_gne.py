@@ -91,11 +91,12 @@ def time_gne(cfg: RunConfig, glob: dict[str, np.ndarray], updates: list[ClientUp
 def step_seconds(model: str, steps: int, batch: int) -> dict[str, float]:
     """Median CPU seconds of one training step at ``batch`` on random inputs of the model's input shape:
     ``lra`` = FedRANE's step (features, LRA augmentation, CE + lambda_CD L_CD, backward, SGD update),
-    ``lra-closed-form`` = the same with ``lra-graph=closed-form`` (the authors' one-shot SLIM graph),
+    ``lra-closed-form`` = the same with ``fedrane.lra-graph=closed-form`` (the authors' one-shot SLIM graph),
     ``plain`` = the same model's plain CE step (the base trainer's forward). The variants are interleaved
     so that load changes hit them alike; one untimed warm-up step each."""
     nets = {}
-    for variant, over in (("plain", {"method": "fedavg"}), ("lra", {}), ("lra-closed-form", {"lra-graph": "closed-form"})):
+    variants = (("plain", {"method": "fedavg"}), ("lra", {}), ("lra-closed-form", {"fedrane.lra-graph": "closed-form"}))
+    for variant, over in variants:
         net = build_model(fedrane_config(model, **over), INPUT_SHAPES[model], 10)
         net.train()
         nets[variant] = (net, make_optimizer(net.parameters(), OptimConfig(lr=0.05, epochs=1, batch_size=batch)))
@@ -162,7 +163,8 @@ def main() -> None:
         updates = client_updates(glob, max(args.clients))
         for k in sorted(args.clients):
             for solver in args.solvers:
-                r = time_gne(fedrane_config(model, **{"gne-solver": solver}), glob, updates[:k], args.repeats)
+                solver_cfg = fedrane_config(model, **{"fedrane.gne-solver": solver})
+                r = time_gne(solver_cfg, glob, updates[:k], args.repeats)
                 r.update({"model": model, "params": n_params, "clients": k, "solver": solver,
                           "vs_one_client_round": r["gne_cpu_s"] / local_round,
                           "vs_all_clients_sequential": r["gne_cpu_s"] / (k * local_round)})

@@ -152,11 +152,22 @@ def round_clock() -> Iterator[list[tuple[float, float, str]]]:
         runner._say = original
 
 
-@contextlib.contextmanager
-def exchange_clock(modules: tuple[str, ...] = ("strategies.base", "strategies.fedufo")) -> Iterator[list[dict]]:
-    """Record every message exchange of the strategies: phase, number of messages, bytes, start, duration."""
+def _modules_calling_exchange(package: str = "strategies") -> list[Any]:
+    """Every module of ``package`` that imported ``strategies.exchange.exchange`` by name (the round
+    driver, the client registry, FedUFO's relay ...): the places a timing wrapper must replace it."""
     import importlib
+    import pkgutil
 
+    import strategies.exchange as ex
+
+    pkg = importlib.import_module(package)
+    mods = [importlib.import_module(f"{package}.{info.name}") for info in pkgutil.iter_modules(pkg.__path__)]
+    return [m for m in mods if m is not ex and getattr(m, "exchange", None) is ex.exchange]
+
+
+@contextlib.contextmanager
+def exchange_clock() -> Iterator[list[dict]]:
+    """Record every message exchange of the strategies: phase, number of messages, bytes, start, duration."""
     import strategies.exchange as ex
 
     calls: list[dict] = []
@@ -170,15 +181,12 @@ def exchange_clock(modules: tuple[str, ...] = ("strategies.base", "strategies.fe
                       "bytes_received": res.bytes_received, "start": t, "seconds": time.time() - t})
         return res
 
-    patched = []
-    for name in modules:
-        try:
-            mod = importlib.import_module(name)
-        except ImportError:
-            continue
-        if getattr(mod, "exchange", None) is original:
-            mod.exchange = timed_exchange
-            patched.append(mod)
+    patched = _modules_calling_exchange()
+    if not patched:
+        raise RuntimeError("no module of strategies/ calls strategies.exchange.exchange by name: the exchange "
+                           "clock would record nothing")
+    for mod in patched:
+        mod.exchange = timed_exchange
     try:
         yield calls
     finally:

@@ -105,3 +105,32 @@ def test_gne_benchmark_times_a_converged_aggregation_of_distinct_updates():
     assert not np.allclose(deltas[0], deltas[1])  # client-specific parts: a non-trivial Gram matrix
     r = time_gne(cfg, glob, ups, repeats=1)
     assert r["gne_cpu_s"] > 0 and r["residual"] < 1e-8 and r["iterations"] >= 1
+
+
+def test_exchange_clock_records_every_exchange_of_an_in_process_run(tmp_path):
+    """The benchmarks' exchange clock wraps ``exchange`` wherever the strategies call it (the round driver and
+    the client registry since strategies/base.py was split): registration, then train + evaluate per round,
+    with the serialized model bytes of every message (logistic model on 8x8 digits: 64 x 10 + 10 float32
+    values, plus one .npy header per array)."""
+    from flwr.app import RecordDict
+
+    from benchmarks.harness import run_inprocess
+    from flcore.config import RunConfig, resolve_run_config
+    from flcore.records import model_params, params_to_record
+    from models import build_model
+    import strategies.exchange as ex
+    import strategies.round_driver as driver
+
+    over = {"dataset": "digits", "model": "logistic", "num-server-rounds": 2, "checkpoint": False,
+            "out-dir": str(tmp_path)}
+    run = run_inprocess(over, num_nodes=3)
+    calls = run["exchanges"]
+    assert [(c["phase"], c["round"]) for c in calls] == [("register", 0), ("train", 1), ("evaluate", 1),
+                                                         ("train", 2), ("evaluate", 2)]
+    assert all(c["messages"] == c["replies"] == 3 for c in calls)
+    params = model_params(build_model(RunConfig.from_dict(resolve_run_config(over)), (1, 8, 8), 10))
+    model_bytes = ex.record_dict_nbytes(RecordDict({"arrays": params_to_record(params)}))
+    assert (64 * 10 + 10) * 4 < model_bytes < (64 * 10 + 10) * 4 + 2 * 1024
+    assert calls[0]["bytes_sent"] == 0 and all(c["bytes_sent"] == 3 * model_bytes for c in calls[1:])
+    assert [c["bytes_received"] for c in calls[1:]] == [3 * model_bytes, 0] * 2   # evaluate sends no model back
+    assert driver.exchange is ex.exchange                                          # unwrapped afterwards
