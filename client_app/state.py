@@ -12,9 +12,9 @@ from __future__ import annotations
 from pathlib import Path
 
 import numpy as np
-import torch
 from flwr.app import ConfigRecord, RecordDict
 
+from flcore import safe_files
 from flcore.records import params_to_record, record_to_params
 
 
@@ -56,16 +56,14 @@ class ClientState:
             else:
                 blob[key] = ("arrays", dict(record_to_params(rec)))
         self._path.parent.mkdir(parents=True, exist_ok=True)
-        tmp = self._path.with_suffix(".tmp")
-        torch.save(blob, tmp)
-        tmp.replace(self._path)
+        safe_files.save(self._path, "client-state", blob)
 
     def _load(self) -> None:
         assert self._path is not None
         try:
-            blob = torch.load(self._path, weights_only=False)
-        except Exception as exc:  # noqa: BLE001 - report which file is broken
-            raise RuntimeError(f"client {self.cid}: cannot read client state file {self._path}: {exc}") from exc
+            blob = safe_files.load(self._path, "client-state")
+        except safe_files.SafeFileError as exc:
+            raise RuntimeError(f"client {self.cid}: cannot read its client state: {exc}") from exc
         for key, (kind, value) in blob.items():
             if kind == "config":
                 self.put_config(key, value)

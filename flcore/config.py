@@ -88,7 +88,10 @@ class CommonConfig(Section):
     round_timeout: float = param(600.0, "seconds a round waits for replies", gt=0)
     reply_poll_interval: float = param(0.1, "longest pause between reply polls (s)", gt=0)
     round_retries: int = param(1, "new samples tried when a round gets too few updates", ge=0)
-    max_update_norm: float = param(1000.0, "updates with a larger norm are rejected", gt=0)
+    max_update_norm: float = param(1000.0, "updates with a larger norm ||theta_k - theta|| are rejected", gt=0)
+    update_norm_factor: float = param(10.0, "with 3 or more updates in a round, an update whose norm exceeds "
+                                            "this multiple of the round's median update norm is rejected "
+                                            "(0 = off)", ge=0)
     federated_eval_every: int = param(1, "evaluate the global model on the clients every N rounds (0 = only "
                                          "at the end)", ge=0)
     federated_eval_clients: int = param(0, "evaluate on a fixed seeded sample of M clients (0 = all)", ge=0)

@@ -2,7 +2,8 @@
 
 A checkpoint holds the round, the global model, the strategy's full state (its ``state_dict()``: RNG,
 per-client lambdas / control variates / memory vectors / accuracies ...) and the result rows so far.
-Written atomically (temp file + rename), so a run killed mid-write leaves the previous checkpoint intact.
+Written atomically (temp file + rename), so a run killed mid-write leaves the previous checkpoint intact,
+in a safe format (flcore/safe_files.py: loading never runs code) with a format version.
 """
 
 from __future__ import annotations
@@ -10,7 +11,7 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Any
 
-import torch
+from flcore import safe_files
 
 # Keys that may differ between the interrupted run and its continuation.
 RESUMABLE_DIFFERENCES = {"num-server-rounds", "out-dir", "resume-from", "round-timeout", "round-retries",
@@ -23,10 +24,8 @@ class CheckpointError(ValueError):
 
 def save_checkpoint(path: Path, *, server_round: int, params: dict, strategy_state: dict,
                     rounds: list[dict[str, Any]], run_config: dict[str, Any]) -> None:
-    tmp = path.with_suffix(".tmp")
-    torch.save({"round": server_round, "params": dict(params), "strategy": strategy_state, "rounds": rounds,
-                "run_config": run_config}, tmp)
-    tmp.replace(path)
+    safe_files.save(path, "checkpoint", {"round": server_round, "params": dict(params),
+                                         "strategy": strategy_state, "rounds": rounds, "run_config": run_config})
 
 
 def load_checkpoint(resume_from: str, run_config: dict[str, Any]) -> dict[str, Any]:
@@ -36,9 +35,12 @@ def load_checkpoint(resume_from: str, run_config: dict[str, Any]) -> dict[str, A
     if not path.exists():
         raise CheckpointError(f"run-config 'resume-from': no checkpoint at {path}")
     try:
-        ckpt = torch.load(path, weights_only=False)
-    except Exception as exc:  # noqa: BLE001 - name the file
-        raise CheckpointError(f"run-config 'resume-from': cannot read checkpoint {path}: {exc}") from exc
+        ckpt = safe_files.load(path, "checkpoint")
+    except safe_files.SafeFileError as exc:
+        raise CheckpointError(f"run-config 'resume-from': {exc}") from exc
+    missing = [k for k in ("round", "params", "strategy", "rounds", "run_config") if k not in ckpt]
+    if missing:
+        raise CheckpointError(f"run-config 'resume-from': checkpoint {path} lacks {', '.join(missing)}")
     old = ckpt["run_config"]
     diff = sorted(k for k in set(old) | set(run_config)
                   if k not in RESUMABLE_DIFFERENCES and old.get(k) != run_config.get(k))

@@ -19,6 +19,7 @@ from flwr.serverapp import Grid
 
 from flcore.records import config_to_record, params_to_record, record_to_params
 from strategies.client_registry import RoundFailed
+from strategies.aggregation import deltas, flat_norm
 from strategies.exchange import Failure, exchange
 from strategies.validation import update_problem
 
@@ -95,8 +96,10 @@ class RoundDriver:
                 rejected.append(Failure(cid, phase, "rejected", f"malformed reply: {exc!r}"))
                 continue
             problem = update_problem(params, reference, self.cfg.max_update_norm)
-            if problem is None and num <= 0:
-                problem = f"num-examples must be positive, got {num}"
+            registered = self.clients[cid].num_examples if cid in self.clients else None
+            if problem is None and num != registered:
+                problem = (f"reply claims num-examples={num}, but the client registered {registered} training "
+                           "samples (aggregation weights come from registration)")
             if problem is not None:
                 rejected.append(Failure(cid, phase, "rejected", problem))
                 log.warning("round %s: update of client %s rejected: %s", server_round, cid, problem)
@@ -105,7 +108,26 @@ class RoundDriver:
             if "local-accuracy" in metrics:
                 self.client_accuracy[cid] = float(metrics["local-accuracy"])
             updates.append(ClientUpdate(cid, params, num, metrics, records))
-        return updates, rejected
+        return self._screen_norms(server_round, updates, reference, rejected, phase)
+
+    def _screen_norms(self, server_round: int, updates: list[ClientUpdate], reference: Params,
+                      rejected: list[Failure], phase: str) -> tuple[list[ClientUpdate], list[Failure]]:
+        """Reject updates whose norm exceeds update-norm-factor x the round's median update norm."""
+        factor = self.cfg.update_norm_factor
+        if factor <= 0 or len(updates) < 3:
+            return updates, rejected
+        norms = {u.cid: flat_norm(deltas(reference, u.params)) for u in updates}
+        limit = factor * float(np.median(list(norms.values())))
+        kept = []
+        for u in updates:
+            if norms[u.cid] > limit:
+                reason = (f"update norm {norms[u.cid]:.4g} exceeds update-norm-factor {factor:g} x the round's "
+                          f"median update norm ({limit / factor:.4g})")
+                rejected.append(Failure(u.cid, phase, "rejected", reason))
+                log.warning("round %s: update of client %s rejected: %s", server_round, u.cid, reason)
+            else:
+                kept.append(u)
+        return kept, rejected
 
     # ============================================================================ one round
     def train_round(self, grid: Grid, server_round: int, params: Params) -> RoundOutcome:
