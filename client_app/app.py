@@ -6,7 +6,10 @@ Message actions:
     evaluate         -> the global model on this client's local test split
 
 The server sends its full run config in every message (record "run_config"), so clients always train
-with exactly the server's settings. A node's identity and data come from its node config:
+with exactly the server's settings; a message without one (Flower's stock strategies) uses the run config
+of the node's Context (docs/PROTOCOL.md). Each handler reads its message and calls a node-level function
+(:func:`node_info`, :func:`train_on_node`, :func:`evaluate_on_node`) that the NumPyClient face
+(client_app/numpy_client.py) shares. A node's identity and data come from its node config:
 ``partition-id`` + ``num-partitions`` (simulation, demos) or ``client-id`` + ``data-path`` (deployments);
 ``state-dir`` persists client state across SuperNode restarts.
 """
@@ -22,10 +25,10 @@ from flwr.app import Context, Message, MetricRecord, RecordDict
 from flwr.clientapp import ClientApp
 
 from client_app.state import ClientState
-from client_app.trainers.base import ClientData, TrainJob
+from client_app.trainers.base import ClientData, TrainJob, TrainReply
 from client_app.training import evaluate as evaluate_model
 from data_partitioning.federated import ClientArrays, client_arrays, node_arrays
-from flcore.config import RunConfig
+from flcore.config import ConfigError, RunConfig
 from flcore.records import config_to_record, params_to_record, record_to_params
 from flcore.registry import get_method, resolve
 from models import build_model
@@ -94,11 +97,22 @@ def _parsed(items: tuple) -> RunConfig:
     return RunConfig.from_dict(dict(items), complete=True)
 
 
+def parse_run_config(values, source: str) -> RunConfig:
+    """The run config from ``values`` (every key), parsed once per process; ``source`` names where the
+    values came from in the error for an incomplete or invalid one."""
+    try:
+        return _parsed(tuple(sorted(dict(values).items())))
+    except ConfigError as exc:
+        raise ClientSetupError(f"the run config from {source} is not usable: {exc}") from exc
+
+
 def _config(msg: Message, context: Context) -> RunConfig:
-    """The run config the server sent (record "run_config", every key, validated by the server), parsed once
-    per process; a message without it (e.g. from Flower's stock FedAvg) uses the run config of the Context."""
-    values = msg.content["run_config"] if "run_config" in msg.content else context.run_config
-    return _parsed(tuple(sorted(dict(values).items())))
+    """The run config the server sent (record "run_config", every key, validated by the server); a message
+    without it (e.g. from Flower's stock FedAvg) uses the run config of the Context."""
+    if "run_config" in msg.content:
+        return parse_run_config(msg.content["run_config"], "the message's 'run_config' record")
+    return parse_run_config(context.run_config, "the node's Context (the message carries no 'run_config' "
+                                                "record; a `flwr run` of this app puts every key there)")
 
 
 def _generator(cfg: RunConfig, server_round: int, cid: int, phase: str) -> torch.Generator:
@@ -113,33 +127,58 @@ def _model(cfg: RunConfig, data: ClientData, device: torch.device, params: dict)
     return model.to(device)
 
 
+def node_info(cfg: RunConfig, context: Context) -> dict:
+    """What a node announces at registration: stable client id, training-set size, class counts."""
+    cid, data = load_client_data(cfg, dict(context.node_config), torch.device("cpu"))
+    return {"cid": cid, "num-examples": data.num_train, "class-counts": data.class_counts()}
+
+
+def train_on_node(cfg: RunConfig, context: Context, config: dict, params: dict, records: dict,
+                  phase: str) -> TrainReply:
+    """One local training of the method's trainer from ``params`` with this node's data and client state
+    (saved afterwards); ``config`` = the server's per-client values (server-round, ...)."""
+    device = pick_device(cfg)
+    cid, data = load_client_data(cfg, dict(context.node_config), device)
+    server_round = int(config.get("server-round", 0))
+    model = _model(cfg, data, device, params)
+    state_dir = str(context.node_config.get("state-dir", "")) or cfg.client_state_dir
+    state = ClientState(context.state, cid, state_dir)
+    job = TrainJob(cfg=cfg, cid=cid, server_round=server_round, model=model,
+                   global_params={k: v.detach().clone() for k, v in model.state_dict().items()},
+                   data=data, config=config, records=records, state=state, device=device,
+                   generator=_generator(cfg, server_round, cid, phase), phase=phase)
+    trainer_cls = resolve(get_method(cfg.method).trainer)
+    reply = trainer_cls(job).run()
+    state.save()
+    return reply
+
+
+def evaluate_on_node(cfg: RunConfig, context: Context, params: dict) -> dict:
+    """The model ``params`` on this node's local test split (num-examples: the training-set size)."""
+    device = pick_device(cfg)
+    cid, data = load_client_data(cfg, dict(context.node_config), device)
+    loss, acc = evaluate_model(_model(cfg, data, device, params), data.x_test, data.y_test)
+    return {"cid": cid, "num-examples": data.num_train, "num-test": int(data.y_test.shape[0]),
+            "accuracy": acc, "loss": loss}
+
+
+def _record(msg: Message, name: str):
+    if name not in msg.content:
+        raise ClientSetupError(f"'{msg.metadata.message_type}' message has no '{name}' record (docs/PROTOCOL.md); "
+                               f"it has: {', '.join(msg.content.keys()) or 'nothing'}")
+    return msg.content[name]
+
+
 @app.query()
 def query(msg: Message, context: Context) -> Message:
-    cfg = _config(msg, context)
-    cid, data = load_client_data(cfg, dict(context.node_config), torch.device("cpu"))
-    info = {"cid": cid, "num-examples": data.num_train, "class-counts": data.class_counts()}
+    info = node_info(_config(msg, context), context)
     return Message(RecordDict({"info": config_to_record(info)}), reply_to=msg)
 
 
 def _train(msg: Message, context: Context) -> Message:
-    cfg = _config(msg, context)
-    device = pick_device(cfg)
-    cid, data = load_client_data(cfg, dict(context.node_config), device)
-    config = dict(msg.content["config"])
-    server_round = int(config.get("server-round", 0))
-    params = record_to_params(msg.content["arrays"])
-    model = _model(cfg, data, device, params)
-    state_dir = str(context.node_config.get("state-dir", "")) or cfg.client_state_dir
-    state = ClientState(context.state, cid, state_dir)
     records = {k: v for k, v in msg.content.items() if k not in ("arrays", "config", "run_config")}
-    job = TrainJob(cfg=cfg, cid=cid, server_round=server_round, model=model,
-                   global_params={k: v.detach().clone() for k, v in model.state_dict().items()},
-                   data=data, config=config, records=records, state=state, device=device,
-                   generator=_generator(cfg, server_round, cid, msg.metadata.message_type),
-                   phase=msg.metadata.message_type)
-    trainer_cls = resolve(get_method(cfg.method).trainer)
-    reply = trainer_cls(job).run()
-    state.save()
+    reply = train_on_node(_config(msg, context), context, dict(_record(msg, "config")),
+                          record_to_params(_record(msg, "arrays")), records, msg.metadata.message_type)
     content = RecordDict({"arrays": params_to_record(reply.params), "metrics": MetricRecord(reply.metrics)})
     for key, rec in reply.records.items():
         content[key] = rec
@@ -163,11 +202,5 @@ def train_posterior(msg: Message, context: Context) -> Message:
 
 @app.evaluate()
 def evaluate(msg: Message, context: Context) -> Message:
-    cfg = _config(msg, context)
-    device = pick_device(cfg)
-    cid, data = load_client_data(cfg, dict(context.node_config), device)
-    model = _model(cfg, data, device, record_to_params(msg.content["arrays"]))
-    loss, acc = evaluate_model(model, data.x_test, data.y_test)
-    metrics = {"cid": cid, "num-examples": data.num_train, "num-test": int(data.y_test.shape[0]),
-               "accuracy": acc, "loss": loss}
+    metrics = evaluate_on_node(_config(msg, context), context, record_to_params(_record(msg, "arrays")))
     return Message(RecordDict({"metrics": MetricRecord(metrics)}), reply_to=msg)
