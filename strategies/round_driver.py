@@ -82,6 +82,14 @@ class RoundDriver:
             content[key] = rec
         return content
 
+    def evaluate_content(self, server_round: int, cid: int, params: Params,
+                         message_config: dict[str, Any] | None = None) -> RecordDict:
+        """An "evaluate" message: run config, the model, server-round and cid (+ ``message_config``)."""
+        content = self._base_content(server_round)
+        content["arrays"] = self.params_record(params)
+        content["config"] = config_to_record({"server-round": server_round, "cid": cid, **(message_config or {})})
+        return content
+
     def collect_updates(self, server_round: int, replies: dict[int, Message], reference: Params,
                         phase: str = "train") -> tuple[list[ClientUpdate], list[Failure]]:
         """Turn replies into updates; reject malformed or absurd ones (named in the log and results)."""
@@ -161,13 +169,8 @@ class RoundDriver:
     def federated_evaluate(self, grid: Grid, server_round: int, params: Params) -> tuple[dict[int, dict], list[Failure]]:
         """The global model (and each client's last local model) on the local test split of every registered
         client, or of ``federated-eval-clients`` of them (:meth:`federated_eval_cids`)."""
-        sends = {}
-        for cid in self.federated_eval_cids():
-            info = self.clients[cid]
-            content = self._base_content(server_round)
-            content["arrays"] = self.params_record(params)
-            content["config"] = config_to_record({"server-round": server_round, "cid": cid})
-            sends[cid] = (info.node_id, content)
+        sends = {cid: (self.clients[cid].node_id, self.evaluate_content(server_round, cid, params))
+                 for cid in self.federated_eval_cids()}
         res = exchange(grid, sends, "evaluate", self.cfg.round_timeout, server_round, phase="evaluate",
                        poll=self.cfg.reply_poll_interval)
         self._forget_lost(res)
