@@ -348,9 +348,13 @@ class LocalFederation:
 
 
 def _parse_overrides(text: str) -> dict[str, Any]:
+    """``"method='fedprox' fedprox.mu=0.1"`` -> ``{"method": "fedprox", "fedprox.mu": 0.1}``: TOML pairs,
+    with dotted (sectioned) keys kept flat, as ``flwr run -c`` hands them to the ServerApp."""
     import tomllib
 
-    return tomllib.loads("\n".join(text.split())) if text else {}
+    from flwr.common.config import flatten_dict
+
+    return flatten_dict(tomllib.loads("\n".join(text.split()))) if text else {}
 
 
 def main() -> None:

@@ -39,14 +39,14 @@ def write_node_files(out_dir: Path, num_clients: int, overrides: dict) -> list[P
 
 
 def main() -> None:
-    import tomllib
+    from deploy.localfed import _parse_overrides
 
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("out_dir")
     parser.add_argument("--num-clients", type=int, required=True)
     parser.add_argument("-c", "--run-config", default="", help="run-config overrides, TOML key=value pairs")
     ns = parser.parse_args()
-    overrides = tomllib.loads("\n".join(ns.run_config.split())) if ns.run_config else {}
+    overrides = _parse_overrides(ns.run_config)
     for path in write_node_files(Path(ns.out_dir), ns.num_clients, overrides):
         with np.load(path) as z:
             print(f"{path}: {len(z['y_train'])} train / {len(z['y_test'])} test examples")

@@ -14,6 +14,7 @@ from typing import Any
 
 import numpy as np
 
+from experiments.legacy import current_run_config
 from flcore.config import PROJECT_ROOT
 
 RESULTS_ROOT = PROJECT_ROOT / "results"
@@ -50,6 +51,8 @@ def load_runs(exp_dir: Path) -> dict[str, list[dict[str, Any]]]:
             f = seed_dir / "results.json"
             if f.exists():
                 doc = json.loads(f.read_text())
+                # runs recorded before issue 16 name method keys the old flat way: read them under today's names
+                doc["run_config"] = current_run_config(doc["run_config"], str(f))
                 if len(doc["rounds"]) >= int(doc["run_config"].get("num-server-rounds", 0)):
                     docs.append(doc)  # unfinished runs (in progress or killed) stay out of the tables
         if docs:

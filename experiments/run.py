@@ -13,6 +13,9 @@ Config format (TOML):
     dataset = "mnist-5k"
     [runs.fedavg]                        # one table row per label
     method = "fedavg"
+    [runs.fedprox]
+    method = "fedprox"
+    fedprox.mu = 0.1                     # a method's keys are sectioned, as on `flwr run -c`
 Finished runs (a complete results.json) are skipped unless --force. A failing run is reported and the
 others go on; the exit code is non-zero if any run failed.
 """
@@ -27,6 +30,8 @@ import tomllib
 import traceback
 from pathlib import Path
 from typing import Any
+
+from flwr.common.config import flatten_dict
 
 from flcore.config import PROJECT_ROOT, ConfigError, RunConfig, resolve_run_config
 
@@ -43,9 +48,15 @@ def load_experiment(path: Path) -> dict[str, Any]:
         raise ConfigError(f"{path}: needs an [experiment] table with a 'name'")
     if not doc.get("runs"):
         raise ConfigError(f"{path}: needs at least one [runs.<label>] table")
-    base = doc.get("base", {})
+    # dotted keys (fedufo.losses = ...) are nested tables in TOML: flatten them the way Flower does, so that
+    # a run's section keys add to the base's instead of replacing the whole section table
+    doc["base"] = flatten_dict(doc.get("base", {}))
+    doc["runs"] = {label: flatten_dict(over) for label, over in doc["runs"].items()}
     for label, over in doc["runs"].items():  # validate every run before spending compute
-        RunConfig.from_dict(resolve_run_config({**base, **over}))
+        try:
+            RunConfig.from_dict(resolve_run_config({**doc["base"], **over}))
+        except ConfigError as exc:
+            raise ConfigError(f"{path}: run '{label}': {exc}") from None
     return doc
 
 
