@@ -230,7 +230,7 @@ WHY = {
     "per-fedbc": "first-order MAML: every local step is an inner step and an outer step on two minibatches "
                  "(~2 forward/backward passes per step), plus the P-FL adaptation of the meta model.",
     "fedetf": "one extra no-grad pass over the local training set to report per-class feature means "
-              "(fedetf-gmv-features = final); the memory vectors add C x d floats per message.",
+              "(fedetf.gmv-features = final); the memory vectors add C x d floats per message.",
     "fedgmv": "as fedetf (same trainer, memory vectors with the run config's head).",
 }
 
