@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import functools
 from dataclasses import dataclass
+from pathlib import Path
 
 import numpy as np
 
@@ -72,6 +73,32 @@ def _digits(seed: int, test_fraction: float) -> Pool:
     d = load_digits()
     x = (d.data.astype(np.float32) / 16.0 - 0.5) / 0.5
     return _holdout(x.reshape(-1, 1, 8, 8), d.target.astype(np.int64), test_fraction, seed, "digits", 10, (1, 8, 8))
+
+
+_IDX = ("train-images-idx3-ubyte", "train-labels-idx1-ubyte", "t10k-images-idx3-ubyte", "t10k-labels-idx1-ubyte")
+# What torchvision reads under data-root for each set (the files its _check_exists / _check_integrity want).
+TORCHVISION_FILES: dict[str, tuple[str, ...]] = {
+    "mnist": tuple(f"MNIST/raw/{f}" for f in _IDX),
+    "fmnist": tuple(f"FashionMNIST/raw/{f}" for f in _IDX),
+    "emnist-letters": tuple(f"EMNIST/raw/emnist-letters-{s}-{k}-ubyte" for s in ("train", "test")
+                            for k in ("images-idx3", "labels-idx1")),
+    "cifar10": tuple(f"cifar-10-batches-py/{f}" for f in
+                     ("data_batch_1", "data_batch_2", "data_batch_3", "data_batch_4", "data_batch_5", "test_batch",
+                      "batches.meta")),
+    "cifar100": ("cifar-100-python/train", "cifar-100-python/test", "cifar-100-python/meta"),
+}
+
+
+def missing_torchvision_files(name: str, root: str) -> list[Path]:
+    """The files of torchvision set ``name`` that are not under ``root`` ([] when all are, or when torchvision's
+    older processed/*.pt copies of an (E/F)MNIST set are there, which it also reads)."""
+    base = Path(root).expanduser()
+    missing = [base / f for f in TORCHVISION_FILES[name] if not (base / f).is_file()]
+    legacy = {"mnist": ("MNIST", "training.pt", "test.pt"), "fmnist": ("FashionMNIST", "training.pt", "test.pt"),
+              "emnist-letters": ("EMNIST", "training_letters.pt", "test_letters.pt")}.get(name)
+    if missing and legacy and all((base / legacy[0] / "processed" / f).is_file() for f in legacy[1:]):
+        return []
+    return missing
 
 
 def _torchvision(name: str, root: str, download: bool) -> Pool:

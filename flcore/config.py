@@ -40,7 +40,11 @@ class CommonConfig(Section):
     method: str = param("fedavg", "the FL method (`noniid-fl methods` lists them)")
     seed: int = param(0, "seed of data split, partitions, sampling and model init", ge=0)
     num_server_rounds: int = param(10, "federated rounds", ge=1)
-    out_dir: str = param("runs/latest", "where results.json, metrics.csv, models and checkpoints go")
+    out_dir: str = param("", "where results.json, metrics.csv, models and checkpoints go; '' = "
+                             "runs/<method>-<timestamp> (runs/latest links the newest; a resumed run continues "
+                             "in its resume-from directory)")
+    overwrite: bool = param(False, "replace the run files in an existing non-empty out-dir (else the run is "
+                                   "refused); `noniid-fl run --overwrite`")
     resume_from: str = param("", "continue the run whose out-dir holds this checkpoint ('' = start fresh)")
     checkpoint: bool = param(True, "write checkpoint.pt after every round")
     client_state_dir: str = param("", "persist client state (SCAFFOLD c_i, MOON previous model) under this "

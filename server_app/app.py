@@ -1,17 +1,31 @@
-"""The ServerApp: read and validate the run config, then hand over to the round driver."""
+"""The ServerApp: pre-flight checks on the run config, then hand over to the round driver.
+
+The checks are the ones ``noniid-fl run`` makes (server_app/preflight.py): a bad config is refused before round
+1 with one log line naming the key, the bad value and what is allowed (then Flower marks the run failed).
+"""
 
 from __future__ import annotations
+
+import logging
 
 from flwr.app import Context
 from flwr.serverapp import Grid, ServerApp
 
-from flcore.config import RunConfig
+from flcore.config import ConfigError
+from server_app.outputs import prepare_out_dir
+from server_app.preflight import check
 from server_app.runner import run_federation
 
 app = ServerApp()
+log = logging.getLogger("flwr")
 
 
 @app.main()
 def main(grid: Grid, context: Context) -> None:
-    cfg = RunConfig.from_dict(dict(context.run_config))  # bad config fails here, before round 1
+    try:
+        cfg = check(dict(context.run_config))
+    except ConfigError as exc:
+        log.error("noniid-fl: refused before round 1: %s", exc)
+        raise ConfigError(str(exc)) from None
+    prepare_out_dir(cfg.out_dir, cfg.overwrite, cfg.resume_from)
     run_federation(grid, cfg)

@@ -14,7 +14,7 @@ from typing import Any
 from flcore import safe_files
 
 # Keys that may differ between the interrupted run and its continuation.
-RESUMABLE_DIFFERENCES = {"num-server-rounds", "out-dir", "resume-from", "round-timeout", "round-retries",
+RESUMABLE_DIFFERENCES = {"num-server-rounds", "out-dir", "overwrite", "resume-from", "round-timeout", "round-retries",
                          "checkpoint", "device", "client-state-dir"}
 
 
