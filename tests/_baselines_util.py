@@ -112,6 +112,12 @@ def register(strategy, datas: dict[int, ClientData]) -> None:
         strategy.clients[cid] = ClientInfo(cid, 10_000 + cid, d.num_train, d.class_counts())
 
 
+def register_sizes(strategy, sizes: dict[int, int]) -> None:
+    """Register clients with only their training-set sizes (replies must claim the registered size)."""
+    for cid, n in sizes.items():
+        strategy.clients[cid] = ClientInfo(cid, 10_000 + cid, n, [n] + [0] * (CLASSES - 1))
+
+
 def run_round(cfg: RunConfig, strategy, rnd: int, params, datas: dict[int, ClientData],
               states: dict[int, RecordDict], sampled: list[int]):
     """One round over ``sampled`` clients through the strategy's validation and aggregation."""

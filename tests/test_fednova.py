@@ -11,7 +11,7 @@ from flcore.records import params_to_record
 from strategies.aggregation import weighted_average
 from strategies.base import ClientUpdate
 from strategies.fednova import FedNovaStrategy, a_norm, fednova_aggregate
-from tests._baselines_util import make_cfg
+from tests._baselines_util import make_cfg, register_sizes
 
 
 def test_a_norm_plain_sgd_is_the_step_count():
@@ -67,6 +67,7 @@ def test_strategy_reads_local_steps_and_momentum():
 
 def test_reply_without_steps_is_rejected():
     s = FedNovaStrategy(make_cfg(method="fednova"))
+    register_sizes(s, {2: 3})
     x = {"w": np.zeros(1, np.float32)}
     zero = RecordDict({"arrays": params_to_record(x), "metrics": MetricRecord({"num-examples": 3, "local-steps": 0})})
     updates, rejected = s.collect_updates(1, {2: SimpleNamespace(content=zero)}, x)

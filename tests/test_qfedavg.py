@@ -16,7 +16,7 @@ from flcore.records import params_to_record
 from models import build_model
 from strategies.base import ClientUpdate
 from strategies.qfedavg import QFedAvgStrategy, qfedavg_aggregate
-from tests._baselines_util import bound_error, make_cfg
+from tests._baselines_util import bound_error, make_cfg, register_sizes
 
 W = {"w": np.array([1.0, 1.0], np.float32)}
 CLIENTS = [{"w": np.array([0.0, 1.0], np.float32)}, {"w": np.array([1.0, 3.0], np.float32)}]
@@ -78,6 +78,7 @@ def test_trainer_reports_the_received_models_loss_on_the_training_split():
 
 def test_reply_without_a_usable_loss_is_rejected():
     s = QFedAvgStrategy(make_cfg(method="qfedavg"))
+    register_sizes(s, {7: 3, 8: 3})
     bad = RecordDict({"arrays": params_to_record(W), "metrics": MetricRecord({"num-examples": 3})})
     nan = RecordDict({"arrays": params_to_record(W),
                       "metrics": MetricRecord({"num-examples": 3, "global-model-train-loss": float("nan"),

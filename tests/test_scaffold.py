@@ -9,8 +9,8 @@ import torch
 import torch.nn.functional as F
 from flwr.app import MetricRecord, RecordDict
 
-from tests._baselines_util import (bound_error, initial_params, make_cfg, make_data, make_job, register, run_client,
-                                   run_round)
+from tests._baselines_util import (bound_error, initial_params, make_cfg, make_data, make_job, register,
+                                   register_sizes, run_client, run_round)
 from client_app.trainers.base import Trainer
 from client_app.trainers.scaffold import (DELTA_C, STATE_C_I, ControlVariateTerm, full_gradient,
                                           option2_variate, momentum_step_sum)
@@ -163,6 +163,7 @@ def test_update_without_delta_c_is_rejected():
     params = initial_params(cfg)
     strategy = ScaffoldStrategy(cfg)
     strategy.train_content(1, 0, params)
+    register_sizes(strategy, {5: 4})
     content = RecordDict({"arrays": params_to_record(params),
                           "metrics": MetricRecord({"num-examples": 4, "local-steps": 1})})
     updates, rejected = strategy.collect_updates(1, {5: SimpleNamespace(content=content)}, params)
