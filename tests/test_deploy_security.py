@@ -468,13 +468,14 @@ def test_runtime_docs_and_smuggled_paths_are_refused_on_the_public_listeners(pro
     ca = fed.certs / "ca.crt"
     op = (fed.certs / "operators" / "operator.crt", fed.certs / "operators" / "operator.key")
     # the SuperLink itself serves these routes on its loopback port (so a 404 below is the proxy's doing)
-    assert _https(fed.port, "POST", "/v1/runtime/acquire-task", ca=ca)[0] == 415
-    assert _https(fed.port, "GET", "/openapi.json", ca=ca)[0] == 200
-    assert _https(fed.port, "POST", "/v1/control/list-runs", ca=ca)[0] == 415
-    seen = _access_lines(fed, "/v1/control/list-runs")
+    # (401: the Runtime API wants the SuperExec secret of TUNED mode; stock subprocess isolation has none)
+    assert _https(fed.port, "POST", "/v1/runtime/acquire-task", ca=ca) == (401, "uvicorn")
+    assert _https(fed.port, "GET", "/openapi.json", ca=ca) == (200, "uvicorn")
+    assert _https(fed.port, "POST", "/v1/control/list-runs", ca=ca) == (200, "uvicorn")  # empty request: all runs
+    seen = _access_lines(fed, "/v1/control/list-runs"), _access_lines(fed, "/v1/fleet/get-run")
     probes = ["/v1/runtime/acquire-task", "/v1/runtime/pull-task-input", "/v1/control/list-runs",
               "/v1/fleet/../control/list-runs", "/v1/fleet/%2e%2e/control/list-runs",
-              "/v1/fleet/..%2Fcontrol%2Flist-runs", "/v1/fleet//../runtime/acquire-task"]
+              "/v1/fleet/..%2Fcontrol%2Flist-runs", "/v1/fleet//../runtime/acquire-task", "/v1/fleet/get-run?x=1"]
     for path in probes:
         assert _https(fed.fleet_port, "POST", path, ca=ca) == (404, "nginx"), path
     for path in probes[:2] + ["/v1/fleet/get-run", "/v1/control/../runtime/acquire-task"]:
@@ -483,11 +484,13 @@ def test_runtime_docs_and_smuggled_paths_are_refused_on_the_public_listeners(pro
         assert _https(port, "GET", "/openapi.json", ca=ca, cert=cert) == (404, "nginx")
         assert _https(port, "GET", "/docs", ca=ca, cert=cert) == (404, "nginx")
     assert _https(fed.fleet_port, "GET", "/v1/fleet/get-run", ca=ca) == (403, "nginx")  # POST only
-    assert _access_lines(fed, "/v1/control/list-runs") == seen  # none of it reached the SuperLink
-    # the routes that are published reach the SuperLink (415: it parsed the request, not the proxy)
-    assert _https(fed.fleet_port, "POST", "/v1/fleet/get-run", ca=ca)[0] == 415
-    assert _https(fed.control_port, "POST", "/v1/control/list-runs", ca=ca, cert=op)[0] == 415
-    assert _access_lines(fed, "/v1/control/list-runs") == seen + 1
+    # none of it reached the SuperLink
+    assert (_access_lines(fed, "/v1/control/list-runs"), _access_lines(fed, "/v1/fleet/get-run")) == seen
+    # the published routes do reach it (get-run without node-auth headers: 401 from the SuperLink itself)
+    assert _https(fed.fleet_port, "POST", "/v1/fleet/get-run", ca=ca)[0] == 401
+    assert _https(fed.control_port, "POST", "/v1/control/list-runs", ca=ca, cert=op)[0] == 200
+    assert (_access_lines(fed, "/v1/control/list-runs"), _access_lines(fed, "/v1/fleet/get-run")) == (
+        seen[0] + 1, seen[1] + 1)
 
 
 @pytest.mark.slow
@@ -500,7 +503,7 @@ def test_unregistered_and_self_registering_nodes_are_refused_through_the_proxy(p
     assert "No SuperNode found with the given public key" in fed.superlink.log.read_text(errors="replace")
     # a node with no key at all tries Fleet self-registration (register-node): refused under node auth
     env = fed.env(tmp / "keyless-home")
-    env.update(SUPERLINK=fed.fleet_address, RUNTIME_PORT=str(free_ports(1)[0]), MAX_WAIT="20",
+    env.update(SUPERLINK=fed.fleet_address, RUNTIME_PORT=str(free_ports(1)[0]), MAX_WAIT="20", TUNED="0",
                NODE_CONFIG="partition-id=0 num-partitions=3", CA_CERT=str(fed.certs / "ca.crt"))
     proc = fed._spawn("supernode-keyless", "supernode.sh", env)
     try:
@@ -509,7 +512,8 @@ def test_unregistered_and_self_registering_nodes_are_refused_through_the_proxy(p
         proc.stop(grace=2)
     log = proc.log.read_text(errors="replace")
     assert proc.popen.returncode != 0 and "SuperNode ID:" not in log, log[-2000:]
+    assert "SuperNode authentication is enabled. All SuperNodes must be registered via the CLI" in log
     lines = (fed.logs / "proxy.log").read_text()
-    assert re.search(r'"POST /v1/fleet/register-node HTTP/1.1" [45]\d\d', lines)
+    assert re.search(r'"POST /v1/fleet/register-node HTTP/1.1" 412 .* listener=%d' % fed.fleet_port, lines)
     listing = json.loads(fed.flwr("supernode", "list", CONNECTION, "--format", "json").stdout)["nodes"]
     assert len(listing) in (2, 3)  # 0, 1 (+ 2 once the control test registered it); never the keyless one
