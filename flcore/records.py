@@ -41,7 +41,7 @@ def _encode(a: np.ndarray) -> Array:
         if len(_ENCODE_HEADERS) < _MAX_HEADERS:
             _ENCODE_HEADERS[key] = header
         return Array(dtype=str(a.dtype), shape=tuple(a.shape), stype=_NPY, data=data)
-    return Array(dtype=str(a.dtype), shape=tuple(a.shape), stype=_NPY, data=header + a.tobytes())
+    return Array(dtype=str(a.dtype), shape=tuple(a.shape), stype=_NPY, data=header + memoryview(a))
 
 
 def _decode(arr: Array) -> np.ndarray:
