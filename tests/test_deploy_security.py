@@ -501,6 +501,8 @@ def test_unregistered_and_self_registering_nodes_are_refused_through_the_proxy(p
     log2 = fed.nodes[2].log.read_text(errors="replace")
     assert "Failed to activate SuperNode" in log2
     assert "No SuperNode found with the given public key" in fed.superlink.log.read_text(errors="replace")
+    proxy_log = (fed.logs / "proxy.log").read_text()
+    assert re.search(r'"POST /v1/fleet/activate-node HTTP/1.1" 412 .* listener=%d' % fed.fleet_port, proxy_log)
     # a node with no key at all tries Fleet self-registration (register-node): refused under node auth
     env = fed.env(tmp / "keyless-home")
     env.update(SUPERLINK=fed.fleet_address, RUNTIME_PORT=str(free_ports(1)[0]), MAX_WAIT="20", TUNED="0",
