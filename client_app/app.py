@@ -24,6 +24,7 @@ import torch
 from flwr.app import Context, Message, MetricRecord, RecordDict
 from flwr.clientapp import ClientApp
 
+from client_app.model_pool import POOL
 from client_app.state import ClientState
 from client_app.trainers.base import ClientData, TrainJob, TrainReply
 from client_app.training import evaluate as evaluate_model
@@ -82,10 +83,22 @@ def _cached_arrays(key: tuple, cid: int, num_partitions: int, data_path: str, cf
     return client_arrays(cfg, cid, num_partitions)
 
 
+def _cfg_keys(cfg: RunConfig) -> tuple[tuple, tuple]:
+    """(data key, every key's value) of ``cfg``, memoized for the last config object seen."""
+    global _CFG_KEYS
+    if _CFG_KEYS is None or _CFG_KEYS[0] is not cfg:
+        _CFG_KEYS = (cfg, _data_key(cfg), tuple(sorted(cfg.to_dict().items())))
+    return _CFG_KEYS[1], _CFG_KEYS[2]
+
+
+_CFG_KEYS: tuple | None = None
+
+
 def load_client_data(cfg: RunConfig, node_config: dict, device: torch.device) -> tuple[int, ClientData]:
     cid, num_partitions, data_path = node_identity(node_config)
     try:
-        arr = _cached_arrays(_data_key(cfg), cid, num_partitions, data_path, tuple(sorted(cfg.to_dict().items())))
+        data_key, items = _cfg_keys(cfg)
+        arr = _cached_arrays(data_key, cid, num_partitions, data_path, items)
     except Exception as exc:
         raise ClientSetupError(f"client {cid}: cannot load its data ({cfg.dataset}): {exc}") from exc
     t = functools.partial(torch.as_tensor, device=device)
@@ -121,10 +134,12 @@ def _generator(cfg: RunConfig, server_round: int, cid: int, phase: str) -> torch
 
 
 def _model(cfg: RunConfig, data: ClientData, device: torch.device, params: dict) -> torch.nn.Module:
+    """The run's model with the received weights (reused from POOL when provably as good as new)."""
     in_shape = tuple(data.x_train.shape[1:])
-    model = build_model(cfg, in_shape, data.num_classes)
+    key = (_cfg_keys(cfg)[1], in_shape, data.num_classes, str(device))
+    model = POOL.get(key, lambda: build_model(cfg, in_shape, data.num_classes).to(device), cfg.seed)
     model.load_state_dict({k: torch.from_numpy(np.asarray(v)) for k, v in params.items()}, strict=True)
-    return model.to(device)
+    return model
 
 
 def node_info(cfg: RunConfig, context: Context) -> dict:
@@ -149,6 +164,9 @@ def train_on_node(cfg: RunConfig, context: Context, config: dict, params: dict, 
                    generator=_generator(cfg, server_round, cid, phase), phase=phase)
     trainer_cls = resolve(get_method(cfg.method).trainer)
     reply = trainer_cls(job).run()
+    del job
+    POOL.give_back(model)
+    del model
     state.save()
     return reply
 
@@ -157,7 +175,10 @@ def evaluate_on_node(cfg: RunConfig, context: Context, params: dict) -> dict:
     """The model ``params`` on this node's local test split (num-examples: the training-set size)."""
     device = pick_device(cfg)
     cid, data = load_client_data(cfg, dict(context.node_config), device)
-    loss, acc = evaluate_model(_model(cfg, data, device, params), data.x_test, data.y_test)
+    model = _model(cfg, data, device, params)
+    loss, acc = evaluate_model(model, data.x_test, data.y_test)
+    POOL.give_back(model)
+    del model
     return {"cid": cid, "num-examples": data.num_train, "num-test": int(data.y_test.shape[0]),
             "accuracy": acc, "loss": loss}
 

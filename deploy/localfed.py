@@ -1,6 +1,10 @@
 """A real Flower federation on one machine: a SuperLink and N SuperNodes as separate processes on
 loopback, started through ``deploy/superlink.sh`` / ``deploy/supernode.sh`` (the scripts an operator
-runs), driven with the ``flwr`` CLI. Used by tests/test_deployment.py and benchmarks/bench_deployment.py;
+runs), driven with the ``flwr`` CLI. With ``proxy=True`` (TLS) the SuperLink sits behind the reverse proxy
+(``deploy/proxy.sh``, nginx) as in a real deployment: SuperNodes reach only its Fleet listener and the
+``flwr`` CLI goes through ``deploy/operator_tunnel.py`` to its Control listener with an operator
+certificate (mTLS); connection ``localfed`` still reaches the SuperLink's loopback port directly, as an
+operator logged in on the SuperLink host would. Used by tests/test_deployment.py and benchmarks/bench_deployment.py;
 also a command for trying a deployment by hand:
 
     python -m deploy.localfed --nodes 3 --tuned -c "method='fedbc' dataset='digits' num-server-rounds=3"
@@ -32,7 +36,8 @@ from deploy.connection import toml_value, write_connection
 
 ROOT = Path(__file__).resolve().parents[1]
 DEPLOY = ROOT / "deploy"
-CONNECTION = "localfed"
+CONNECTION = "localfed"          # the SuperLink's own loopback port (an operator on the SuperLink host)
+OPERATOR = "operator"            # through the proxy's Control listener with an operator certificate
 
 
 class FederationError(RuntimeError):
@@ -145,6 +150,7 @@ class LocalFederation:
     tls: bool = False
     node_auth: bool = False
     tuned: bool = False
+    proxy: bool = False                       # nginx in front (needs tls); nodes + CLI go through it
     poll: float = 0.5
     node_configs: list[str] | None = None     # default: partition-id=i num-partitions=num_nodes
     register: list[int] | None = None         # with node_auth: nodes whose keys get registered (default all)
@@ -152,6 +158,8 @@ class LocalFederation:
     python: str = sys.executable
     startup_timeout: float = 90.0
     superlink: Proc | None = field(default=None, init=False)
+    proxy_proc: Proc | None = field(default=None, init=False)
+    tunnel: Proc | None = field(default=None, init=False)
     nodes: dict[int, Proc] = field(default_factory=dict, init=False)
     port: int = field(default=0, init=False)
 
@@ -159,6 +167,8 @@ class LocalFederation:
         self.workdir = Path(self.workdir).resolve()
         if self.node_auth and not self.tls:
             raise ValueError("SuperNode authentication needs TLS (tls=True)")
+        if self.proxy and not self.tls:
+            raise ValueError("the proxy needs TLS (tls=True)")
         if self.node_configs is not None and len(self.node_configs) != self.num_nodes:
             raise ValueError(f"{len(self.node_configs)} node configs for {self.num_nodes} nodes")
         self.home = self.workdir / "flwr-home"
@@ -166,8 +176,12 @@ class LocalFederation:
         self.logs = self.workdir / "logs"
         self.logs.mkdir(parents=True, exist_ok=True)
         self.secret: Path | None = None
-        ports = free_ports(1 + self.num_nodes)
-        self.port, self.runtime_ports = ports[0], ports[1:]
+        ports = free_ports(5 + self.num_nodes)
+        self.port, self.runtime_ports = ports[0], ports[5:]
+        # proxy listeners (Fleet, Control, health) and the operator tunnel, used when proxy=True
+        self.fleet_port, self.control_port, self.health_port, self.tunnel_port = ports[1:5]
+        self.connection = OPERATOR if self.proxy else CONNECTION
+        self.fleet_address = f"127.0.0.1:{self.fleet_port if self.proxy else self.port}"
 
     # ------------------------------------------------------------------------------ environment
     def env(self, home: Path) -> dict[str, str]:
@@ -176,7 +190,9 @@ class LocalFederation:
         env.update(FLWR_HOME=str(home), PYTHON=self.python, FLWR_TELEMETRY_ENABLED="0",
                    OMP_NUM_THREADS=env.get("OMP_NUM_THREADS", "1"), PYTHONUNBUFFERED="1",
                    TUNED="1" if self.tuned else "0", POLL=str(self.poll))
-        for key in ("CERTS_DIR", "NODE_AUTH", "CA_CERT", "AUTH_KEY", "DATABASE", "LOG_FILE", "SUPEREXEC_SECRET_FILE"):
+        for key in ("CERTS_DIR", "NODE_AUTH", "CA_CERT", "AUTH_KEY", "DATABASE", "LOG_FILE", "SUPEREXEC_SECRET_FILE",
+                    "SUPERLINK_HOST", "EXPOSE_ALL_APIS", "PROXY_HOST", "FLEET_PORT", "CONTROL_PORT", "HEALTH_PORT",
+                    "SUPERLINK_UPSTREAM", "PROXY_RUN_DIR"):
             env.pop(key, None)
         return env
 
@@ -186,9 +202,12 @@ class LocalFederation:
                               cwd=self.workdir, capture_output=True, text=True, timeout=timeout)
 
     def _spawn(self, name: str, script: str, env: dict[str, str]) -> Proc:
+        return self._spawn_cmd(name, ["bash", str(DEPLOY / script)], env)
+
+    def _spawn_cmd(self, name: str, cmd: list[str], env: dict[str, str]) -> Proc:
         log = self.logs / f"{name}.log"
         fh = open(log, "ab")
-        popen = subprocess.Popen(["bash", str(DEPLOY / script)], env=env, cwd=self.workdir, stdout=fh,
+        popen = subprocess.Popen(cmd, env=env, cwd=self.workdir, stdout=fh,
                                  stderr=subprocess.STDOUT, start_new_session=True)
         fh.close()
         return Proc(name, popen, log)
@@ -206,6 +225,10 @@ class LocalFederation:
             self.start_superlink()
             write_connection(CONNECTION, f"127.0.0.1:{self.port}",
                              self.certs / "ca.crt" if self.tls else None, make_default=True, home=self.home)
+            if self.proxy:
+                self.start_proxy()
+                self.start_tunnel()
+                write_connection(OPERATOR, f"127.0.0.1:{self.tunnel_port}", make_default=True, home=self.home)
             if self.node_auth:
                 for i in (range(self.num_nodes) if self.register is None else self.register):
                     self.register_node(i)
@@ -229,20 +252,39 @@ class LocalFederation:
         self.superlink = self._spawn("superlink", "superlink.sh", env)
         wait_port(self.port, self.startup_timeout, self.superlink.popen, "the SuperLink")
 
+    def start_proxy(self) -> None:
+        """nginx in front of the SuperLink (deploy/proxy.sh), all listeners on loopback."""
+        env = self.env(self.workdir / "proxy-home")
+        env.update(CERTS_DIR=str(self.certs), PROXY_HOST="127.0.0.1", FLEET_PORT=str(self.fleet_port),
+                   CONTROL_PORT=str(self.control_port), HEALTH_PORT=str(self.health_port),
+                   SUPERLINK_UPSTREAM=f"127.0.0.1:{self.port}", PROXY_RUN_DIR=str(self.workdir / "proxy"))
+        self.proxy_proc = self._spawn("proxy", "proxy.sh", env)
+        for port in (self.fleet_port, self.control_port, self.health_port):
+            wait_port(port, self.startup_timeout, self.proxy_proc.popen, "the proxy (deploy/proxy.sh)")
+
+    def start_tunnel(self) -> None:
+        """deploy/operator_tunnel.py: loopback port -> the proxy's Control listener, operator certificate."""
+        ops = self.certs / "operators"
+        cmd = [self.python, str(DEPLOY / "operator_tunnel.py"), "--listen", f"127.0.0.1:{self.tunnel_port}",
+               "--connect", f"127.0.0.1:{self.control_port}", "--ca", str(self.certs / "ca.crt"),
+               "--cert", str(ops / "operator.crt"), "--key", str(ops / "operator.key"), "--server-name", "localhost"]
+        self.tunnel = self._spawn_cmd("operator-tunnel", cmd, self.env(self.home))
+        wait_port(self.tunnel_port, self.startup_timeout, self.tunnel.popen, "the operator tunnel")
+
     def node_config(self, i: int) -> str:
         if self.node_configs is not None:
             return self.node_configs[i]
         return f"partition-id={i} num-partitions={self.num_nodes}"
 
     def register_node(self, i: int) -> str:
-        res = self.flwr("supernode", "register", str(self.certs / "keys" / f"supernode-{i}.pub"), CONNECTION)
+        res = self.flwr("supernode", "register", str(self.certs / "keys" / f"supernode-{i}.pub"), self.connection)
         if res.returncode != 0:
             raise FederationError(f"registering supernode-{i} failed:\n{res.stdout}\n{res.stderr}")
         return res.stdout
 
     def start_node(self, i: int) -> Proc:
         env = self.env(self.workdir / f"node-{i}")
-        env.update(SUPERLINK=f"127.0.0.1:{self.port}", RUNTIME_PORT=str(self.runtime_ports[i]),
+        env.update(SUPERLINK=self.fleet_address, RUNTIME_PORT=str(self.runtime_ports[i]),
                    NODE_CONFIG=self.node_config(i))
         if self.tls:
             env["CA_CERT"] = str(self.certs / "ca.crt")
@@ -280,7 +322,7 @@ class LocalFederation:
 
     def stop(self, grace: float = 10.0) -> None:
         """SIGTERM every process group at once, SIGKILL what is left after ``grace`` seconds."""
-        procs = list(self.nodes.values()) + ([self.superlink] if self.superlink else [])
+        procs = list(self.nodes.values()) + [p for p in (self.tunnel, self.proxy_proc, self.superlink) if p]
         for proc in procs:
             proc.signal_group(signal.SIGTERM)
         deadline = time.time() + grace
@@ -304,7 +346,7 @@ class LocalFederation:
         cfg = self.workdir / f"{name}.toml"
         cfg.write_text(run_config_toml(overrides))
         out = open(self.logs / f"{name}.out", "wb")
-        popen = subprocess.Popen([str(Path(self.python).parent / "flwr"), "run", str(self.app_dir), CONNECTION,
+        popen = subprocess.Popen([str(Path(self.python).parent / "flwr"), "run", str(self.app_dir), self.connection,
                                   "--stream", "-c", str(cfg)], env=self.env(self.home), cwd=self.workdir,
                                  stdout=out, stderr=subprocess.STDOUT, start_new_session=True)
         out.close()
@@ -325,7 +367,7 @@ class LocalFederation:
                 run_id = int(line.rsplit(" ", 1)[-1])
         status = self.run_status(run_id) if run_id is not None else "not started"
         if run_id is not None and not status.startswith("finished"):
-            self.flwr("stop", str(run_id), CONNECTION)
+            self.flwr("stop", str(run_id), self.connection)
         doc = None
         path = Path(str(overrides.get("out-dir", ""))) / "results.json"
         if overrides.get("out-dir") and path.exists():
@@ -339,7 +381,7 @@ class LocalFederation:
         return self.finish(self.submit(overrides, name), overrides, name, started, timeout)
 
     def run_status(self, run_id: int) -> str:
-        res = self.flwr("list", "--run-id", str(run_id), CONNECTION, "--format", "json")
+        res = self.flwr("list", "--run-id", str(run_id), self.connection, "--format", "json")
         try:
             runs = json.loads(res.stdout)["runs"]
             return str(runs[0]["status"])
@@ -363,14 +405,15 @@ def main() -> None:
     parser.add_argument("--tls", action="store_true")
     parser.add_argument("--auth", action="store_true", help="SuperNode authentication (implies --tls)")
     parser.add_argument("--tuned", action="store_true", help="warm ClientApps + fast polls (deploy/tuned.py)")
+    parser.add_argument("--proxy", action="store_true", help="nginx in front of the SuperLink (implies --tls)")
     parser.add_argument("--poll", type=float, default=0.5)
     parser.add_argument("-c", "--run-config", default="", help="run-config overrides, TOML key=value pairs")
     parser.add_argument("--workdir", default="")
     ns = parser.parse_args()
     workdir = Path(ns.workdir or tempfile.mkdtemp(prefix="localfed-"))
     overrides = {"out-dir": str(workdir / "out"), **_parse_overrides(ns.run_config)}
-    with LocalFederation(workdir, ns.nodes, tls=ns.tls or ns.auth, node_auth=ns.auth, tuned=ns.tuned,
-                         poll=ns.poll) as fed:
+    with LocalFederation(workdir, ns.nodes, tls=ns.tls or ns.auth or ns.proxy, node_auth=ns.auth, tuned=ns.tuned,
+                         proxy=ns.proxy, poll=ns.poll) as fed:
         fed.wait_connected()
         res = fed.run(overrides)
         print(res.output)

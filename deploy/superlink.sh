@@ -1,21 +1,36 @@
 #!/usr/bin/env bash
-# Start a Flower SuperLink (Fleet, Control and Runtime APIs share one HTTP port in flwr 1.41).
+# Start a Flower SuperLink. flwr 1.41 serves the Fleet, Control and Runtime APIs on ONE HTTP port and
+# authenticates only the Fleet API, so the SuperLink listens on loopback by default and deploy/proxy.sh
+# publishes the Fleet API (and the Control API to operators with a client certificate).
 # Configured by environment variables (defaults in brackets), extra arguments go to flower-superlink:
-#   SUPERLINK_HOST [0.0.0.0]   SUPERLINK_PORT [9093]
+#   SUPERLINK_HOST [127.0.0.1] SUPERLINK_PORT [9091]
+#   EXPOSE_ALL_APIS=1  allow a non-loopback SUPERLINK_HOST (publishes Control and Runtime API too; only
+#                  on a network where every peer is trusted)
 #   CERTS_DIR      directory with ca.crt, server.crt, server.key (deploy/pki.sh) -> TLS; unset -> --insecure
 #   NODE_AUTH=1    only SuperNodes whose public key was registered (`flwr supernode register`) may connect
 #   DATABASE       SQLite file for runs/nodes/registered keys [in memory: lost on restart]
 #   TUNED=1        fork the ServerApp from a warm interpreter and poll for replies every POLL s [0.5]
 #                  (deploy/tuned.py; runs the SuperLink with --isolation process + our SuperExec)
 #   SUPEREXEC_SECRET_FILE  with TUNED=1: shared secret that the SuperLink demands from the SuperExec
-#                  (the Runtime API shares the public port; without it anyone reaching the port could
-#                  acquire ServerApp tasks). Create with: head -c 32 /dev/urandom > superexec.secret
+#                  (without it any process reaching the Runtime API could acquire ServerApp tasks);
+#                  required with TUNED=1 and TLS. Create with: head -c 32 /dev/urandom > superexec.secret
 #   LOG_FILE       also write the SuperLink log to this file (rotated daily)
 # Runtime dependency installation is always disabled: runs use this environment, never `uv sync`.
 set -euo pipefail
 here="$(cd "$(dirname "$0")" && pwd)"
-host="${SUPERLINK_HOST:-0.0.0.0}"
-port="${SUPERLINK_PORT:-9093}"
+host="${SUPERLINK_HOST:-127.0.0.1}"
+port="${SUPERLINK_PORT:-9091}"
+case "$host" in
+  127.*|localhost|::1) ;;
+  *) if [ "${EXPOSE_ALL_APIS:-0}" != 1 ]; then
+       echo "superlink.sh: SUPERLINK_HOST=$host would publish the Control API (unauthenticated: anyone reaching it can" \
+            "register SuperNode keys and run code on every SuperNode) and the Runtime API, which share the Fleet API's" \
+            "port in flwr 1.41. Keep the SuperLink on 127.0.0.1 and publish the Fleet API with deploy/proxy.sh, or set" \
+            "EXPOSE_ALL_APIS=1 on a network where every peer is trusted." >&2
+       exit 2
+     fi
+     echo "superlink.sh: WARNING: EXPOSE_ALL_APIS=1: Fleet, Control and Runtime API reachable on $host:$port" >&2 ;;
+esac
 args=(--host "$host" --port "$port" --disable-runtime-dependency-installation)
 if [ -n "${CERTS_DIR:-}" ]; then
   for f in ca.crt server.crt server.key; do
@@ -30,6 +45,16 @@ fi
 [ -n "${DATABASE:-}" ] && args+=(--database "$DATABASE")
 [ -n "${LOG_FILE:-}" ] && args+=(--log-file "$LOG_FILE")
 export FLWR_TELEMETRY_ENABLED="${FLWR_TELEMETRY_ENABLED:-0}"
+if [ "${TUNED:-0}" = 1 ] && [ -n "${CERTS_DIR:-}" ]; then
+  if [ -z "${SUPEREXEC_SECRET_FILE:-}" ]; then
+    echo "superlink.sh: TUNED=1 with TLS needs SUPEREXEC_SECRET_FILE: in process isolation the Runtime API would" \
+         "otherwise hand ServerApp tasks to any process that reaches it. Create one with" \
+         "'head -c 32 /dev/urandom > superexec.secret && chmod 600 superexec.secret'." >&2
+    exit 2
+  fi
+  [ -s "$SUPEREXEC_SECRET_FILE" ] && [ -r "$SUPEREXEC_SECRET_FILE" ] || {
+    echo "superlink.sh: SUPEREXEC_SECRET_FILE=$SUPEREXEC_SECRET_FILE is missing, empty or unreadable" >&2; exit 2; }
+fi
 if [ "${TUNED:-0}" = 1 ]; then
   connect="127.0.0.1"; case "$host" in 0.0.0.0|127.0.0.1) ;; *) connect="$host" ;; esac
   exec_args=(--runtime-api-address "$connect:$port" --parent-pid $$)

@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # Start a Flower SuperNode that runs this project's ClientApp.
 # Configured by environment variables (defaults in brackets), extra arguments go to flower-supernode:
-#   SUPERLINK      SuperLink address host:port [127.0.0.1:9093]
+#   SUPERLINK      the Fleet API address host:port: the proxy (deploy/proxy.sh) [127.0.0.1:9093]
 #   NODE_CONFIG    this node's identity and data, e.g. "client-id=3 data-path='/data/node.npz'"
 #                  or "partition-id=3 num-partitions=10" (demo: a slice of a named dataset);
 #                  optional state-dir='/state' persists client state across restarts   [required]
@@ -11,6 +11,8 @@
 #   TUNED=1        poll for messages every POLL s [0.5] and fork ClientApps from a warm interpreter
 #                  (deploy/tuned.py; runs the SuperNode with --isolation process + our SuperExec)
 #   SUPEREXEC_SECRET_FILE  with TUNED=1: shared secret between this SuperNode and its SuperExec
+#                  (required with TUNED=1 and TLS: without it any local process reaching the Runtime API
+#                  port could acquire this node's ClientApp tasks)
 #   MAX_WAIT       give up connecting to the SuperLink after this many seconds [retry forever]
 # The ClientApp runs in this environment: runtime dependency installation stays off (flwr default).
 set -euo pipefail
@@ -32,6 +34,16 @@ if [ -n "${AUTH_KEY:-}" ]; then
 fi
 [ -n "${MAX_WAIT:-}" ] && args+=(--max-wait-time "$MAX_WAIT")
 export FLWR_TELEMETRY_ENABLED="${FLWR_TELEMETRY_ENABLED:-0}"
+if [ "${TUNED:-0}" = 1 ] && [ -n "${CA_CERT:-}" ]; then
+  if [ -z "${SUPEREXEC_SECRET_FILE:-}" ]; then
+    echo "supernode.sh: TUNED=1 with TLS needs SUPEREXEC_SECRET_FILE: in process isolation the Runtime API would" \
+         "otherwise hand this node's ClientApp tasks to any local process. Create one with" \
+         "'head -c 32 /dev/urandom > superexec.secret && chmod 600 superexec.secret'." >&2
+    exit 2
+  fi
+  [ -s "$SUPEREXEC_SECRET_FILE" ] && [ -r "$SUPEREXEC_SECRET_FILE" ] || {
+    echo "supernode.sh: SUPEREXEC_SECRET_FILE=$SUPEREXEC_SECRET_FILE is missing, empty or unreadable" >&2; exit 2; }
+fi
 if [ "${TUNED:-0}" = 1 ]; then
   exec_args=(--runtime-api-address "127.0.0.1:$runtime_port" --insecure --parent-pid $$)
   if [ -n "${SUPEREXEC_SECRET_FILE:-}" ]; then

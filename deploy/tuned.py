@@ -209,6 +209,17 @@ def install_fork_executor(poll: float | None) -> bool:
     return True
 
 
+def secret_problem(command: str, args: list[str]) -> str | None:
+    """Why a SuperExec must not start with these arguments, or None: with TLS to its Runtime API
+    (``--root-certificates``) it must authenticate with ``--superexec-auth-secret-file``, else the Runtime
+    API (process isolation) hands tasks to any process that reaches it."""
+    flags = {a.split("=", 1)[0] for a in args}
+    if command == "superexec" and "--root-certificates" in flags and "--superexec-auth-secret-file" not in flags:
+        return ("a SuperExec with TLS (--root-certificates) needs --superexec-auth-secret-file "
+                "(set SUPEREXEC_SECRET_FILE; create it with 'head -c 32 /dev/urandom > superexec.secret')")
+    return None
+
+
 def main(argv: list[str] | None = None) -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0],
                                      formatter_class=argparse.RawDescriptionHelpFormatter)
@@ -218,6 +229,9 @@ def main(argv: list[str] | None = None) -> None:
                         help=f"modules imported once by the SuperExec (default {DEFAULT_PRELOAD})")
     parser.add_argument("command", choices=("superexec", "supernode"))
     ns, rest = parser.parse_known_args(argv)
+    problem = secret_problem(ns.command, rest)
+    if problem:
+        parser.exit(2, f"tuned.py: {problem}\n")
     if not log.handlers:
         handler = logging.StreamHandler()
         handler.setFormatter(logging.Formatter("%(levelname)s [flwr_tuned] %(message)s"))

@@ -1,48 +1,50 @@
-"""Run one configuration in Flower's Simulation Engine (Ray backend), in this process.
+"""Run one configuration on this machine, in this process: what the experiment runner and the tests call.
 
-This is what `flwr run . local` runs underneath, minus the SuperLink process and the FAB round trip:
-the experiment runner and the tests use it to run many configurations cheaply. The ServerApp and
-ClientApp are the very objects `flwr run` loads (server_app.app / client_app.app logic).
+The engine is the run config's ``engine`` (default ``inprocess``) unless ``engine=`` says otherwise:
+
+- ``inprocess``: the real ServerApp drives the real ClientApp through an in-process Flower Grid
+  (``engines.run_local``): sequentially, or with ``engine-workers`` worker processes;
+- ``ray``: Flower's Simulation Engine, what ``flwr run . local`` runs underneath minus the SuperLink
+  process and the FAB round trip (Ray actors of ``cpus_per_client`` CPUs / ``gpus_per_client`` GPUs).
+
+Both give the same numbers for the same seed (tests/test_engine_equivalence.py).
 
     from experiments.simulate import simulate
     doc = simulate({"method": "fedbc", "num-server-rounds": 3}, num_supernodes=10)
+    doc = simulate({...}, num_supernodes=10, engine="ray")
 """
 
 from __future__ import annotations
 
-import json
-import logging
-import os
-from pathlib import Path
 from typing import Any, Mapping
 
-from flwr.app import Context
-from flwr.serverapp import Grid, ServerApp
-from flwr.simulation import run_simulation
-
-from client_app.app import app as client_app
-from flcore.config import RunConfig, resolve_run_config
-from server_app.runner import run_federation
+from engines.local import resolve_engine, run_local
+from flcore.config import ConfigError, resolve_run_config
 
 
 def simulate(overrides: Mapping[str, Any], num_supernodes: int, cpus_per_client: float = 1.0,
-             gpus_per_client: float = 0.0, total_cpus: int | None = None, quiet: bool = True) -> dict[str, Any]:
-    """Run a federation of ``num_supernodes`` virtual clients; return the results.json document."""
+             gpus_per_client: float = 0.0, total_cpus: int | None = None, quiet: bool = True,
+             ray_address: str | None = None, engine: str | None = None, workers: int | None = None
+             ) -> dict[str, Any]:
+    """Run a federation of ``num_supernodes`` clients; return the results.json document.
+
+    ``engine`` / ``workers`` default to the run config's ``engine`` / ``engine-workers``. The other
+    arguments are Ray's: each virtual client's actor asks for ``cpus_per_client`` CPUs and
+    ``gpus_per_client`` GPUs (a fraction shares a GPU); Ray starts here with ``total_cpus`` CPUs (all of
+    them) or, with ``ray_address`` (``host:port`` of a running cluster's head, as printed by
+    ``ray start --head``), attaches to that cluster and uses its CPUs/GPUs (then leave ``total_cpus`` out;
+    docs/SCALING.md). On the in-process engine they must keep their defaults.
+    """
     values = resolve_run_config(overrides)
-    cfg = RunConfig.from_dict(values)  # fail on bad config before Ray starts
-    server = ServerApp()
-
-    @server.main()
-    def _main(grid: Grid, context: Context) -> None:
-        run_federation(grid, cfg)
-
-    backend = {"client_resources": {"num_cpus": cpus_per_client, "num_gpus": gpus_per_client},
-               "init_args": {"num_cpus": total_cpus or os.cpu_count() or 1, "include_dashboard": False,
-                             "logging_level": logging.ERROR, "log_to_driver": not quiet}}
-    os.environ.setdefault("RAY_DEDUP_LOGS", "0")
-    run_simulation(server_app=server, client_app=client_app, num_supernodes=num_supernodes,
-                   backend_config=backend, verbose_logging=False)
-    path = Path(cfg.out_dir).expanduser().resolve() / "results.json"
-    if not path.exists():
-        raise RuntimeError(f"the simulation ended without writing {path}; see the log above for the error")
-    return json.loads(path.read_text())
+    engine, workers = resolve_engine(values, engine, workers)
+    if engine == "ray":
+        return run_local(values, num_supernodes, engine, workers, cpus_per_client=cpus_per_client,
+                         gpus_per_client=gpus_per_client, total_cpus=total_cpus, quiet=quiet,
+                         ray_address=ray_address)
+    ray_only = {"cpus_per_client": (cpus_per_client, 1.0), "gpus_per_client": (gpus_per_client, 0.0),
+                "total_cpus": (total_cpus, None), "ray_address": (ray_address, None)}
+    used = [name for name, (value, default) in ray_only.items() if value != default]
+    if used:
+        raise ConfigError(f"simulate(): {', '.join(used)} apply to engine 'ray' only; this run uses engine "
+                          f"'{engine}' (pass engine='ray' or set run-config engine='ray')")
+    return run_local(values, num_supernodes, engine, workers)

@@ -6,6 +6,7 @@ attached for validation and lets methods address layers (ETF head, extras) by na
 
 from __future__ import annotations
 
+import io
 from collections import OrderedDict
 from typing import Mapping
 
@@ -15,13 +16,74 @@ from flwr.app import Array, ArrayRecord, ConfigRecord
 
 Params = "OrderedDict[str, np.ndarray]"
 
+# --- .npy bytes (Flower's Array format, stype "numpy.ndarray"), without re-parsing the same headers ----------
+# Flower's Array(ndarray) / Array.numpy() run np.save / np.load, which format and parse (ast) the text
+# header of every array of every message. A model has a handful of (dtype, shape) pairs, so the header
+# bytes are memoized: encoding is header + raw bytes, decoding a copy of the buffer after the header.
+# Both give exactly np.save's bytes and np.load's array (tests/test_engine_records.py).
+_NPY = "numpy.ndarray"
+_ENCODE_HEADERS: dict[tuple[str, tuple[int, ...]], bytes] = {}
+_DECODE_HEADERS: dict[bytes, tuple[np.dtype, tuple[int, ...], bool]] = {}
+_MAX_HEADERS = 4096
+
+
+def _encode(a: np.ndarray) -> Array:
+    """Array of a C-contiguous ndarray (np.save's bytes)."""
+    if a.dtype.hasobject or not a.flags.c_contiguous:
+        return Array(a)
+    key = (a.dtype.str, a.shape)
+    header = _ENCODE_HEADERS.get(key)
+    if header is None:
+        buf = io.BytesIO()
+        np.save(buf, a, allow_pickle=False)
+        data = buf.getvalue()
+        header = data[:len(data) - a.nbytes]
+        if len(_ENCODE_HEADERS) < _MAX_HEADERS:
+            _ENCODE_HEADERS[key] = header
+        return Array(dtype=str(a.dtype), shape=tuple(a.shape), stype=_NPY, data=data)
+    return Array(dtype=str(a.dtype), shape=tuple(a.shape), stype=_NPY, data=header + memoryview(a))
+
+
+def _decode(arr: Array) -> np.ndarray:
+    """np.load of an Array's .npy bytes (a new, writable array)."""
+    data = arr.data
+    if arr.stype != _NPY or len(data) < 12 or data[:6] != b"\x93NUMPY":
+        return arr.numpy()
+    start = 10 + int.from_bytes(data[8:10], "little") if data[6] == 1 else 12 + int.from_bytes(data[8:12], "little")
+    header = data[:start]
+    parsed = _DECODE_HEADERS.get(header)
+    if parsed is None:
+        fp = io.BytesIO(data)
+        version = np.lib.format.read_magic(fp)
+        if version == (1, 0):
+            shape, fortran, dtype = np.lib.format.read_array_header_1_0(fp)
+        elif version == (2, 0):
+            shape, fortran, dtype = np.lib.format.read_array_header_2_0(fp)
+        else:
+            return arr.numpy()
+        if dtype.hasobject or fp.tell() != start:
+            return arr.numpy()
+        parsed = (dtype, shape, fortran)
+        if len(_DECODE_HEADERS) < _MAX_HEADERS:
+            _DECODE_HEADERS[header] = parsed
+    dtype, shape, fortran = parsed
+    count = 1
+    for n in shape:
+        count *= n
+    if len(data) - start != count * dtype.itemsize:
+        return arr.numpy()  # np.load names the problem
+    if count == 0:
+        return np.empty(shape, dtype=dtype, order="F" if fortran else "C")
+    out = np.frombuffer(data, dtype=dtype, count=count, offset=start).copy()
+    return out.reshape(shape, order="F" if fortran else "C")
+
 
 def params_to_record(params: Mapping[str, np.ndarray]) -> ArrayRecord:
-    return ArrayRecord({k: Array(np.ascontiguousarray(v)) for k, v in params.items()})
+    return ArrayRecord({k: _encode(np.ascontiguousarray(v)) for k, v in params.items()})
 
 
 def record_to_params(record: ArrayRecord) -> "OrderedDict[str, np.ndarray]":
-    return OrderedDict((k, v.numpy()) for k, v in record.items())
+    return OrderedDict((k, _decode(v)) for k, v in record.items())
 
 
 def model_params(model: torch.nn.Module) -> "OrderedDict[str, np.ndarray]":

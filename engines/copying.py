@@ -1,0 +1,66 @@
+"""Copies of Flower messages, records and contexts at the engine's boundary.
+
+Flower's simulation engine hands every ClientApp its own copy of the message and of the node's Context
+(Ray pickles both on their way to an actor) and takes back a copy of the reply: nothing is shared
+between the server's objects, the client's objects and the state that outlives a message. The
+in-process engine gives the same guarantee more cheaply with *structural* copies: every container
+(RecordDict, ArrayRecord, ConfigRecord, MetricRecord, Array, Metadata, Context) is a new object, while
+the payload bytes of an Array are shared, which is safe because ``bytes`` are immutable. Lists inside
+config and metric records are copied (they are mutable).
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from flwr.app import Array, ArrayRecord, ConfigRecord, Context, Error, Message, MetricRecord, RecordDict
+from flwr.app.metadata import Metadata
+
+
+def _copy_typed(record: Any) -> Any:
+    """A new record object of the same class (no per-item type checks: the items were checked once)."""
+    new = record.copy()
+    data = new.__dict__["_data"]
+    if isinstance(record, ArrayRecord):
+        for key, arr in data.items():
+            clone = Array.__new__(Array)
+            clone.__dict__.update(arr.__dict__)
+            data[key] = clone
+    else:
+        for key, value in data.items():
+            if isinstance(value, list):
+                data[key] = list(value)
+    return new
+
+
+def copy_record_dict(content: RecordDict) -> RecordDict:
+    """A RecordDict whose records are new objects (Array payload bytes shared, lists copied)."""
+    new = content.copy()
+    data = new.__dict__["_data"]
+    for key, record in data.items():
+        if not isinstance(record, (ArrayRecord, ConfigRecord, MetricRecord)):
+            raise TypeError(f"record '{key}' is a {type(record).__name__}, not a Flower record")
+        data[key] = _copy_typed(record)
+    return new
+
+
+def copy_metadata(metadata: Metadata) -> Metadata:
+    new = Metadata.__new__(Metadata)
+    new.__dict__.update(metadata.__dict__)
+    return new
+
+
+def copy_message(msg: Message) -> Message:
+    """A message with its own metadata and content (or error) objects."""
+    meta = copy_metadata(msg.metadata)
+    if msg.has_error():
+        err = msg.error
+        return Message(Error(code=err.code, reason=err.reason), metadata=meta)
+    return Message(copy_record_dict(msg.content), metadata=meta)
+
+
+def copy_context(context: Context) -> Context:
+    """A Context with its own state RecordDict and config dicts (what an actor gets in Ray)."""
+    return Context(run_id=context.run_id, node_id=context.node_id, node_config=dict(context.node_config),
+                   state=copy_record_dict(context.state), run_config=dict(context.run_config),
+                   series_id=getattr(context, "series_id", 0))

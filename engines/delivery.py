@@ -1,0 +1,72 @@
+"""What happens to one message at a node: Flower's simulation-engine semantics, in one function.
+
+:func:`handle` runs the ClientApp on a copy of the message with a working copy of the node's Context,
+and returns the reply and the Context to keep:
+
+- success: the reply (its own objects) and the updated Context (the working copy);
+- the ClientApp raises: an error reply with code 2 (``ErrorCode.CLIENT_APP_RAISED_EXCEPTION``, what
+  Flower's engine sends) naming the exception, and ``None``: the node keeps the Context it had before
+  the message, exactly as in Ray simulation, where a failed actor call never writes its Context back.
+
+Nothing here knows about processes: the sequential grid calls it in the driver process, the worker
+pool calls it in its worker processes.
+"""
+
+from __future__ import annotations
+
+import logging
+import time
+import traceback
+import uuid
+from typing import Callable
+
+from flwr.app import Context, Error, Message
+from flwr.common.constant import ErrorCode
+
+from engines.copying import copy_context, copy_message
+
+log = logging.getLogger("noniid_fl.engine")
+
+ClientAppFn = Callable[[Message, Context], Message]
+
+
+def error_reply(msg: Message, code: int, reason: str) -> Message:
+    """An error reply to ``msg``, as if sent by the node it was addressed to."""
+    reply = Message(Error(code=code, reason=reason), reply_to=msg)
+    stamp_reply(reply, msg)
+    return reply
+
+
+def stamp_reply(reply: Message, msg: Message) -> None:
+    """Set what the SuperLink sets on a reply: its own message id and the answering node's id."""
+    reply.metadata.__dict__["_message_id"] = str(uuid.uuid4())
+    reply.metadata.__dict__["_src_node_id"] = msg.metadata.dst_node_id
+
+
+def handle(app: ClientAppFn, msg: Message, context: Context, copy_reply: bool = True
+           ) -> tuple[Message, Context | None, float]:
+    """Run ``app`` on ``msg`` for the node whose Context is ``context``.
+
+    Returns (reply, context to keep or None to keep the old one, seconds spent). ``copy_reply`` copies
+    the reply so the client keeps no reference into it (the worker pool pickles it instead)."""
+    t0 = time.perf_counter()
+    inbound = copy_message(msg)
+    work = copy_context(context)
+    try:
+        reply = app(inbound, work)
+        if not isinstance(reply, Message):
+            raise TypeError(f"the ClientApp returned {type(reply).__name__}, not a Message")
+        if reply.metadata.reply_to_message_id != msg.metadata.message_id:
+            raise ValueError("the ClientApp's reply does not answer the message it was given "
+                             "(build it with Message(content, reply_to=msg))")
+    except Exception as exc:  # noqa: BLE001 - a ClientApp error becomes an error reply, as in Flower
+        log.error("ClientApp raised on a '%s' message for node %s:\n%s", msg.metadata.message_type,
+                  msg.metadata.dst_node_id, traceback.format_exc())
+        reason = f"{type(exc).__name__}: {exc}"
+        return error_reply(msg, ErrorCode.CLIENT_APP_RAISED_EXCEPTION, reason), None, time.perf_counter() - t0
+    stamp_reply(reply, msg)
+    if work.run_config == context.run_config:  # keep sharing one run-config dict between a run's Contexts
+        work.run_config = context.run_config
+    if copy_reply:
+        reply = copy_message(reply)
+    return reply, work, time.perf_counter() - t0

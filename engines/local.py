@@ -1,0 +1,107 @@
+"""Run one federation on this machine: ``run_local(run_config, num_nodes, engine, workers)``.
+
+``engine="inprocess"``: the real ServerApp (``server_app.app:app``) is called in this process with a
+Flower Context holding the run config, and drives the real ClientApp through an in-process Grid:
+:class:`engines.grid.InProcessGrid` (``workers=1``: every message handled in this process, one after
+another) or :class:`engines.pool.PoolGrid` (``workers>1``: worker processes, each owning a share of the
+nodes' Contexts). Node ids are random 63-bit numbers fixed for the run, as in Flower.
+
+``engine="ray"``: Flower's Simulation Engine (:func:`engines.ray.run_ray`), what ``flwr run . local``
+uses; ``workers`` does not apply (Ray runs one actor per ``cpus_per_client`` CPUs).
+
+Both write the run's files to ``out-dir`` and return its results.json document. The same seed gives
+the same numbers on either engine and for any number of workers (tests/test_engine_equivalence.py).
+"""
+
+from __future__ import annotations
+
+import contextlib
+import json
+import time
+from pathlib import Path
+from typing import Any, Iterator, Mapping
+
+from flwr.app import Context, RecordDict
+from flwr.supercore.task_identity import TaskIdentity
+
+from engines.grid import DEFAULT_CLIENT_APP, SERVER_NODE_ID, InProcessGrid, load_client_app
+from flcore.config import ENGINES, ConfigError, RunConfig, resolve_run_config
+
+DEFAULT_SERVER_APP = "server_app.app:app"
+
+
+def resolve_engine(values: dict[str, Any], engine: str | None, workers: int | None) -> tuple[str, int]:
+    """The engine and worker count to use (arguments override the run config) written back into
+    ``values``, so results.json records what ran."""
+    engine = values["engine"] if engine is None else engine
+    workers = values["engine-workers"] if workers is None else workers
+    if engine not in ENGINES:
+        raise ConfigError(f"engine must be one of {', '.join(ENGINES)}, got {engine!r}")
+    if isinstance(workers, bool) or not isinstance(workers, int) or workers < 1:
+        raise ConfigError(f"engine-workers must be an integer >= 1, got {workers!r}")
+    values["engine"], values["engine-workers"] = engine, workers
+    return engine, workers
+
+
+def make_grid(num_nodes: int, workers: int, run_config: Mapping[str, Any],
+              client_app: str = DEFAULT_CLIENT_APP) -> InProcessGrid:
+    """The in-process engine's Grid: sequential for one worker, a process pool for more."""
+    if workers == 1:
+        return InProcessGrid(num_nodes, None, run_config=run_config, client_app=client_app)
+    from engines.pool import PoolGrid
+
+    return PoolGrid(num_nodes, workers, None, run_config=run_config, client_app=client_app)
+
+
+@contextlib.contextmanager
+def server_identity(run_id: int) -> Iterator[None]:
+    """Flower's ServerApp process identity (instruction messages take their run id from it), restored after."""
+    saved = (TaskIdentity._run_id, TaskIdentity._task_id, TaskIdentity._node_id)
+    TaskIdentity.run_id, TaskIdentity.task_id, TaskIdentity.node_id = run_id, 1, SERVER_NODE_ID
+    try:
+        yield
+    finally:
+        TaskIdentity._run_id, TaskIdentity._task_id, TaskIdentity._node_id = saved
+
+
+def run_inprocess(values: Mapping[str, Any], num_nodes: int, workers: int = 1, client_app: str = DEFAULT_CLIENT_APP,
+                  server_app: str = DEFAULT_SERVER_APP) -> None:
+    """Call the ServerApp with a Context holding ``values`` (the complete run config) and an in-process grid."""
+    app = load_client_app(server_app)
+    grid = make_grid(num_nodes, workers, values, client_app)
+    try:
+        context = Context(run_id=grid.run_id, node_id=SERVER_NODE_ID, node_config={}, state=RecordDict(),
+                          run_config=dict(values))
+        with server_identity(grid.run_id):
+            app(grid, context)
+    finally:
+        grid.close()
+
+
+def run_local(run_config: Mapping[str, Any], num_nodes: int, engine: str | None = None, workers: int | None = None,
+              **ray_options: Any) -> dict[str, Any]:
+    """Run a federation of ``num_nodes`` clients on this machine; return the results.json document.
+
+    ``run_config``: run-config keys (all of them, or overrides of pyproject.toml's defaults; unknown keys
+    are an error). ``engine`` / ``workers`` default to the run config's ``engine`` / ``engine-workers``.
+    ``ray_options`` (engine 'ray' only): ``cpus_per_client``, ``gpus_per_client``, ``total_cpus``,
+    ``quiet``, ``ray_address`` of :func:`engines.ray.run_ray`.
+    """
+    values = resolve_run_config(run_config)
+    engine, workers = resolve_engine(values, engine, workers)
+    cfg = RunConfig.from_dict(values)  # every key checked before anything starts
+    started = time.time()
+    if isinstance(num_nodes, bool) or not isinstance(num_nodes, int) or num_nodes < 1:
+        raise ConfigError(f"the number of nodes must be an integer >= 1, got {num_nodes!r}")
+    if engine == "ray":
+        from engines.ray import run_ray
+
+        run_ray(values, num_nodes, **ray_options)
+    else:
+        if ray_options:
+            raise ConfigError(f"options {sorted(ray_options)} apply to engine 'ray' only, not '{engine}'")
+        run_inprocess(values, num_nodes, workers)
+    path = Path(cfg.out_dir).expanduser().resolve() / "results.json"
+    if not path.exists() or path.stat().st_mtime < started - 1.0:
+        raise RuntimeError(f"the run ended without writing {path}; see the log above for the error")
+    return json.loads(path.read_text())

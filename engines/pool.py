@@ -1,0 +1,395 @@
+"""The in-process engine across cores: a Grid whose nodes live in a pool of worker processes.
+
+Each worker process holds the Contexts of the nodes it owns and runs the real ClientApp on their
+messages (:func:`engines.delivery.handle`, the same semantics as the sequential grid and as Flower's
+engine). The driver process (the ServerApp) pushes pickled messages to the owners' task queues; one
+collector thread receives the pickled replies, so workers never wait for the driver.
+
+Balance: before each push the pool re-plans which worker owns which node of the exchange
+(:func:`engines.balance.plan`, from each node's measured cost in its previous message of that type). A
+node that changes owner has its Context shipped from the old worker to the new one before its message
+runs (a migration), so state always lives in exactly one place and a node's messages run in push order.
+
+Failures:
+- the ClientApp raises -> an error reply with code 2 (in the worker; the node keeps its old Context);
+- a worker process dies (killed, segfault, out of memory) -> every message queued or running in it gets
+  an error reply with code 8 (``CLIENT_APP_CRASHED``), and a new worker replaces it. The nodes it owned
+  get fresh Contexts: their ``context.state`` is lost (as when a SuperNode restarts), unless the trainer
+  persists it (run-config ``client-state-dir``), in which case the client reloads it from disk.
+- a reply that does not come within the exchange's timeout is simply missing (the strategy records a
+  timeout); the message keeps running in its worker and later messages to that worker queue behind it.
+
+Workers are started with ``fork`` when the driver has not initialised CUDA (a few milliseconds; they
+inherit the imported ClientApp and cached data), else with ``spawn``. Each worker runs torch with one
+thread (what Ray gives a one-CPU client), so the numbers do not depend on the number of workers.
+"""
+
+from __future__ import annotations
+
+import logging
+import multiprocessing as mp
+import pickle
+import signal
+import threading
+import time
+from dataclasses import dataclass, field
+from multiprocessing.connection import Connection, wait
+from typing import Any, Iterable, Mapping
+
+from flwr.app import Context, Message, RecordDict
+from flwr.app.metadata import Metadata
+from flwr.common.constant import ErrorCode
+
+from engines.balance import plan
+from engines.delivery import ClientAppFn, error_reply, handle
+from engines.grid import DEFAULT_CLIENT_APP, SERVER_NODE_ID, InProcessGrid, node_context
+
+log = logging.getLogger("noniid_fl.engine")
+
+PULL_WAIT = 0.5  # longest a pull blocks waiting for the rest of the requested replies (seconds)
+
+
+# ============================================================================ the worker process
+def pack_context(context: Context, shared_run_config: Mapping[str, Any]) -> bytes:
+    """A Context's bytes for the trip between processes; a run config equal to the run's shared one is
+    left out (every worker has it), so a node costs its state and node config, not a copy of the config."""
+    rc = None if context.run_config == shared_run_config else dict(context.run_config)
+    return pickle.dumps((context.run_id, context.node_id, dict(context.node_config), context.state, rc,
+                         getattr(context, "series_id", 0)), protocol=pickle.HIGHEST_PROTOCOL)
+
+
+def unpack_context(payload: bytes, shared_run_config: dict[str, Any]) -> Context:
+    run_id, node_id, node_config, state, rc, series_id = pickle.loads(payload)
+    return Context(run_id=run_id, node_id=node_id, node_config=node_config, state=state,
+                   run_config=shared_run_config if rc is None else rc, series_id=series_id)
+
+
+def _worker_main(index: int, tasks: Any, results: Connection, app_ref: str | ClientAppFn, torch_threads: int,
+                 run_config: dict[str, Any]) -> None:
+    """Serve tasks until "stop": adopt/release a node's Context, run a message for a held node."""
+    signal.signal(signal.SIGINT, signal.SIG_IGN)  # Ctrl-C is the driver's to handle; it stops us
+    import torch
+
+    torch.set_num_threads(torch_threads)
+    from engines.grid import load_client_app
+
+    app = load_client_app(app_ref)
+    contexts: dict[int, Context] = {}
+    while True:
+        kind, *args = tasks.get()
+        if kind == "stop":
+            break
+        if kind == "adopt":
+            node, payload = args
+            contexts[node] = unpack_context(payload, run_config)
+        elif kind == "release":
+            (node,) = args
+            results.send(("released", node, pack_context(contexts.pop(node), run_config)))
+        elif kind == "run":
+            msg_id, payload = args
+            msg: Message = pickle.loads(payload)
+            node = msg.metadata.dst_node_id
+            if node not in contexts:
+                reply, context, seconds = error_reply(msg, ErrorCode.UNKNOWN, f"engine worker {index} does not "
+                                                      f"hold node {node} (engine bug)"), None, 0.0
+            else:
+                reply, context, seconds = handle(app, msg, contexts[node], copy_reply=False)
+            if context is not None:
+                contexts[node] = context
+            results.send(("reply", msg_id, pickle.dumps(reply, protocol=pickle.HIGHEST_PROTOCOL), seconds))
+        else:
+            raise ValueError(f"engine worker {index}: unknown task {kind!r}")
+
+
+# ============================================================================ the driver side
+@dataclass
+class _Worker:
+    index: int
+    process: Any
+    tasks: Any
+    results: Connection
+
+    def put(self, *item: Any) -> None:
+        self.tasks.put(item)
+
+
+@dataclass
+class _InFlight:
+    node: int
+    kind: str
+    metadata: Metadata
+    worker: int | None  # None while the node's Context is migrating (the message is held by the driver)
+
+
+@dataclass
+class _Migration:
+    target: int
+    source: int
+    held: list[tuple[str, bytes]] = field(default_factory=list)  # (msg_id, pickled message)
+
+
+def _start_method() -> str:
+    import torch
+
+    methods = mp.get_all_start_methods()
+    if "fork" in methods and not torch.cuda.is_initialized():
+        return "fork"
+    return "spawn"
+
+
+class PoolGrid(InProcessGrid):
+    """``workers`` processes, each owning a share of the nodes (see the module docstring)."""
+
+    def __init__(self, num_nodes: int, workers: int, first_node_id: int | None = 1000, *,
+                 run_config: Mapping[str, Any] | None = None, client_app: str | ClientAppFn = DEFAULT_CLIENT_APP,
+                 run_id: int = 1, record_sent: bool = False, start_method: str | None = None,
+                 torch_threads: int = 1, pull_wait: float = PULL_WAIT) -> None:
+        if workers < 1:
+            raise ValueError(f"engine-workers must be >= 1, got {workers}")
+        self.start_method = start_method or _start_method()
+        if self.start_method != "fork" and not isinstance(client_app, str):
+            raise ValueError("with start method '%s' the client app must be given as 'module:attribute'"
+                             % self.start_method)
+        super().__init__(num_nodes, first_node_id, run_config=run_config, client_app=client_app, run_id=run_id,
+                         record_sent=record_sent)
+        self._app_ref = client_app
+        self._torch_threads = torch_threads
+        self.pull_wait = pull_wait
+        self.num_workers = workers
+        self._mp = mp.get_context(self.start_method)
+        self._lock = threading.Condition()
+        self._replies_ready: dict[str, Message] = {}
+        self._in_flight: dict[str, _InFlight] = {}
+        self._migrations: dict[int, _Migration] = {}
+        self.owner: dict[int, int] = {}
+        self.costs: dict[tuple[int, str], float] = {}
+        self.migrations = 0
+        self.replaced = 0
+        self._closed = False
+        self._workers: list[_Worker] = [self._spawn(i) for i in range(workers)]
+        for i, nid in enumerate(self.node_ids):  # initial owners: round robin
+            self._adopt(i % workers, nid, self.contexts[nid])
+        self.contexts = {}  # the workers hold them now
+        self._collector = threading.Thread(target=self._collect, name="engine-collector", daemon=True)
+        self._collector.start()
+
+    # --- workers -------------------------------------------------------------------------------------
+    def _spawn(self, index: int) -> _Worker:
+        tasks = self._mp.Queue()
+        recv, send = self._mp.Pipe(duplex=False)
+        proc = self._mp.Process(target=_worker_main, args=(index, tasks, send, self._app_ref, self._torch_threads,
+                                                                  self.run_config),
+                                name=f"engine-worker-{index}", daemon=True)
+        proc.start()
+        send.close()
+        return _Worker(index, proc, tasks, recv)
+
+    def _adopt(self, worker: int, node: int, context: Context | bytes) -> None:
+        payload = context if isinstance(context, bytes) else pack_context(context, self.run_config)
+        self._workers[worker].put("adopt", node, payload)
+        self.owner[node] = worker
+
+    def _fresh_context(self, node: int) -> Context:
+        return node_context(self.node_ids, node, self.run_config, self.run_id)
+
+    # --- Grid API -----------------------------------------------------------------------------------------
+    def _dispatch_batch(self, batch: list[tuple[str, Message]]) -> None:
+        with self._lock:
+            if self._closed:
+                raise RuntimeError("the engine's worker pool is closed")
+            busy = {f.node for f in self._in_flight.values()} | set(self._migrations)
+            costs = self._estimate([m for _, m in batch])
+            assignment = plan(costs, self.owner, self.num_workers, fixed=frozenset(busy))
+            for node, target in assignment.items():
+                source = self.owner[node]
+                if target != source:
+                    self._migrations[node] = _Migration(target, source)
+                    self.owner[node] = target
+                    self._workers[source].put("release", node)
+                    self.migrations += 1
+            for msg_id, msg in batch:
+                node = msg.metadata.dst_node_id
+                payload = pickle.dumps(msg, protocol=pickle.HIGHEST_PROTOCOL)
+                mig = self._migrations.get(node)
+                if mig is not None:
+                    mig.held.append((msg_id, payload))
+                    worker = None
+                else:
+                    worker = self.owner[node]
+                    self._workers[worker].put("run", msg_id, payload)
+                self._in_flight[msg_id] = _InFlight(node, msg.metadata.message_type, msg.metadata, worker)
+
+    def _estimate(self, msgs: list[Message]) -> dict[int, float]:
+        """Each node's expected cost in this exchange: its last measured cost for the message type, else
+        the mean of the known ones, else 1 (unknown costs are taken as equal)."""
+        out: dict[int, float] = {}
+        for m in msgs:
+            node, kind = m.metadata.dst_node_id, m.metadata.message_type
+            out[node] = out.get(node, 0.0) + self.costs.get((node, kind), float("nan"))
+        known = [c for c in out.values() if c == c]
+        default = sum(known) / len(known) if known else 1.0
+        return {n: (c if c == c else default) for n, c in out.items()}
+
+    def push_messages(self, messages: Iterable[Message]) -> Iterable[str]:
+        batch = []
+        for msg in messages:
+            self._check(msg)
+            msg_id = self._new_id(msg)
+            batch.append((msg_id, msg))
+        self._dispatch_batch(batch)
+        return [i for i, _ in batch]
+
+    def _new_id(self, msg: Message) -> str:
+        import uuid
+
+        msg_id = str(uuid.uuid4())
+        msg.metadata.__dict__["_message_id"] = msg_id
+        msg.metadata.__dict__["_src_node_id"] = SERVER_NODE_ID
+        self.messages += 1
+        if self.record_sent:
+            self.sent.append(msg)
+        return msg_id
+
+    def pull_messages(self, message_ids: Iterable[str]) -> Iterable[Message]:
+        """The replies among ``message_ids`` that have arrived; waits up to ``pull_wait`` s for all of them
+        (so an exchange collects a complete set without a polling delay)."""
+        ids = list(message_ids)
+        deadline = time.monotonic() + self.pull_wait
+        with self._lock:
+            while True:
+                waiting = [i for i in ids if i in self._in_flight]
+                left = deadline - time.monotonic()
+                if not waiting or left <= 0:
+                    break
+                self._lock.wait(left)
+            return [self._replies_ready.pop(i) for i in ids if i in self._replies_ready]
+
+    def _check(self, msg: Message) -> None:
+        nid = msg.metadata.dst_node_id
+        if nid not in self.owner:
+            raise ValueError(f"message '{msg.metadata.message_type}' is addressed to node {nid}, "
+                             f"which is not one of this grid's {len(self.node_ids)} nodes")
+        if msg.metadata.reply_to_message_id:
+            raise ValueError("cannot push a reply message (reply_to_message_id is set)")
+
+    # --- collector thread ---------------------------------------------------------------------------------
+    def _collect(self) -> None:
+        while True:
+            with self._lock:
+                if self._closed:
+                    return
+                by_conn = {w.results: w for w in self._workers}
+                by_sentinel = {w.process.sentinel: w for w in self._workers}
+            ready = wait(list(by_conn) + list(by_sentinel), timeout=0.5)
+            for obj in ready:
+                if obj in by_conn:
+                    worker = by_conn[obj]
+                    try:
+                        item = obj.recv()
+                    except (EOFError, OSError):
+                        continue  # the worker is gone; its sentinel reports it
+                    self._on_item(worker, item)
+            for obj in ready:
+                if obj in by_sentinel:
+                    self._on_death(by_sentinel[obj])
+
+    def _on_item(self, worker: _Worker, item: tuple) -> None:
+        kind = item[0]
+        if kind == "reply":
+            _, msg_id, payload, seconds = item
+            reply = pickle.loads(payload)
+            with self._lock:
+                flight = self._in_flight.pop(msg_id, None)
+                if flight is None:
+                    return  # already answered with an error (its worker was declared dead)
+                self.costs[(flight.node, flight.kind)] = seconds
+                self._replies_ready[msg_id] = reply
+                self._lock.notify_all()
+        elif kind == "released":
+            _, node, payload = item
+            with self._lock:
+                mig = self._migrations.pop(node, None)
+                if mig is not None:
+                    self._forward(node, mig, payload)
+
+    def _forward(self, node: int, mig: _Migration, context: Context | bytes) -> None:
+        """Hand a migrating node's Context and its held messages to the new owner (lock held)."""
+        self._adopt(mig.target, node, context)
+        for msg_id, payload in mig.held:
+            self._workers[mig.target].put("run", msg_id, payload)
+            if msg_id in self._in_flight:
+                self._in_flight[msg_id].worker = mig.target
+
+    def _on_death(self, worker: _Worker) -> None:
+        while True:  # replies it sent before dying still count
+            try:
+                if not worker.results.poll(0):
+                    break
+                self._on_item(worker, worker.results.recv())
+            except (EOFError, OSError):
+                break
+        with self._lock:
+            if self._closed or self._workers[worker.index] is not worker:
+                return
+            worker.process.join(timeout=1.0)
+            code = worker.process.exitcode
+            i = worker.index
+            reason = (f"engine worker {i} (pid {worker.process.pid}) died with exit code {code} while this "
+                      f"message was queued or running in it; the nodes it held lost their context.state")
+            log.error(reason.replace("this message was", "messages were"))
+            for msg_id, flight in list(self._in_flight.items()):
+                if flight.worker == i:
+                    del self._in_flight[msg_id]
+                    stub = Message(RecordDict(), metadata=flight.metadata)
+                    self._replies_ready[msg_id] = error_reply(stub, ErrorCode.CLIENT_APP_CRASHED, reason)
+            worker.tasks.cancel_join_thread()
+            worker.tasks.close()
+            worker.results.close()
+            self._workers[i] = self._spawn(i)
+            self.replaced += 1
+            for node, owner in list(self.owner.items()):
+                if owner == i and node not in self._migrations:
+                    self._adopt(i, node, self._fresh_context(node))
+            for node, mig in list(self._migrations.items()):
+                if mig.source == i:  # its Context died with the worker before it could be shipped
+                    del self._migrations[node]
+                    self._forward(node, mig, self._fresh_context(node))
+            self._lock.notify_all()
+
+    # --- shutdown -----------------------------------------------------------------------------------------
+    def worker_pids(self) -> list[int]:
+        with self._lock:
+            return [w.process.pid for w in self._workers]
+
+    def close(self, timeout: float = 10.0) -> None:
+        """Stop the workers (politely, then by force) and the collector thread."""
+        with self._lock:
+            if self._closed:
+                return
+            self._closed = True
+            workers = list(self._workers)
+            self._lock.notify_all()
+        for w in workers:
+            try:
+                w.put("stop")
+            except (OSError, ValueError):
+                pass
+        deadline = time.monotonic() + timeout
+        for w in workers:
+            w.process.join(timeout=max(0.0, deadline - time.monotonic()))
+            if w.process.is_alive():
+                w.process.terminate()
+                w.process.join(timeout=2.0)
+            if w.process.is_alive():
+                w.process.kill()
+                w.process.join()
+            w.tasks.cancel_join_thread()
+            w.tasks.close()
+            w.results.close()
+        self._collector.join(timeout=2.0)
+
+    def __del__(self) -> None:
+        try:
+            self.close(timeout=1.0)
+        except Exception:  # noqa: BLE001 - interpreter shutdown
+            pass

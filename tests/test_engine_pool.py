@@ -1,0 +1,143 @@
+"""The worker-process pool (engines/pool.py) with the small counter ClientApp of tests/engine_apps.py:
+per-node state in the owning worker, migration between workers, error replies, dead workers."""
+
+from __future__ import annotations
+
+import os
+import time
+
+import pytest
+from flwr.app import ConfigRecord, Message, RecordDict
+from flwr.common.constant import ErrorCode
+
+from engines.local import server_identity
+from engines.pool import PoolGrid
+from strategies.exchange import push_and_pull
+
+APP = "tests.engine_apps:counter"
+
+
+@pytest.fixture(autouse=True)
+def _server_process_identity():
+    with server_identity(1):
+        yield
+
+
+@pytest.fixture
+def grid():
+    g = PoolGrid(6, 2, None, run_config={"seed": 0, "method": "fedavg"}, client_app=APP)
+    yield g
+    g.close()
+
+
+def _send(grid: PoolGrid, nodes: list[int], mtype: str = "train", **config) -> dict[int, Message]:
+    content = RecordDict({"config": ConfigRecord(config)}) if config else RecordDict()
+    msgs = [Message(content, dst_node_id=n, message_type=mtype, group_id="0") for n in nodes]
+    replies = push_and_pull(grid, msgs, timeout=60.0, poll=0.05)
+    return {r.metadata.src_node_id: r for r in replies}
+
+
+def _n(reply: Message) -> int:
+    return int(reply.content["metrics"]["n"])
+
+
+def test_each_nodes_state_persists_in_its_worker_across_exchanges(grid):
+    pids_seen = set()
+    for expected in (1, 2, 3):
+        replies = _send(grid, grid.node_ids)
+        assert {n: _n(r) for n, r in replies.items()} == {n: expected for n in grid.node_ids}
+        assert [int(replies[n].content["metrics"]["partition-id"]) for n in grid.node_ids] == list(range(6))
+        assert all(int(r.content["metrics"]["run-config-keys"]) == 2 for r in replies.values())
+        pids_seen |= {int(r.content["metrics"]["pid"]) for r in replies.values()}
+    assert pids_seen == set(grid.worker_pids()) and os.getpid() not in pids_seen
+
+
+def test_a_migrated_node_takes_its_state_to_the_new_worker(grid):
+    _send(grid, grid.node_ids)
+    a, b = grid.node_ids[0], grid.node_ids[1]  # round-robin owners: a on worker 0, b on worker 1
+    assert (grid.owner[a], grid.owner[b]) == (0, 1)
+    pid_a = int(_send(grid, [a])[a].content["metrics"]["pid"])
+    # make worker 0 the busy one: node a costs 10, the others nothing -> a and the others are rebalanced
+    for n in grid.node_ids:
+        grid.costs[(n, "train")] = 10.0 if n in (a, grid.node_ids[2], grid.node_ids[4]) else 0.001
+    replies = _send(grid, grid.node_ids)
+    assert grid.migrations >= 1
+    moved = [n for n in grid.node_ids if grid.owner[n] != grid.node_ids.index(n) % 2]
+    assert moved
+    assert {n: _n(r) for n, r in replies.items()} == {n: (3 if n == a else 2) for n in grid.node_ids}
+    if a in moved:
+        assert int(replies[a].content["metrics"]["pid"]) != pid_a
+    replies = _send(grid, grid.node_ids)  # and it stays where it went, state intact
+    assert {n: _n(r) for n, r in replies.items()} == {n: (4 if n == a else 3) for n in grid.node_ids}
+
+
+def test_a_raising_clientapp_gives_code_2_and_keeps_the_old_state(grid):
+    node = grid.node_ids[3]
+    assert _n(_send(grid, [node])[node]) == 1
+    reply = _send(grid, [node], **{"raise-after-count": True})[node]
+    assert reply.has_error() and reply.error.code == ErrorCode.CLIENT_APP_RAISED_EXCEPTION
+    assert "RuntimeError: node 3 failed on purpose" in reply.error.reason
+    assert _n(_send(grid, [node])[node]) == 2
+
+
+def test_a_dead_worker_answers_code_8_for_its_messages_and_is_replaced(grid):
+    _send(grid, grid.node_ids)
+    for n in grid.node_ids:  # equal costs: the balanced round-robin owners stay as they are
+        grid.costs[(n, "train")] = 1.0
+    victim = grid.node_ids[2]
+    w = grid.owner[victim]
+    old_pid = grid.worker_pids()[w]
+    same_worker = [n for n in grid.node_ids if grid.owner[n] == w]
+    other = [n for n in grid.node_ids if grid.owner[n] != w]
+    content = {n: RecordDict({"config": ConfigRecord({"exit": n == victim, "sleep": 0.2 if n != victim else 0.0})})
+               for n in grid.node_ids}
+    order = [victim] + [n for n in grid.node_ids if n != victim]  # the victim's worker dies on its first message
+    msgs = [Message(content[n], dst_node_id=n, message_type="train", group_id="1") for n in order]
+    replies = {r.metadata.src_node_id: r for r in push_and_pull(grid, msgs, timeout=60.0, poll=0.05)}
+    assert grid.migrations == 0
+    assert set(replies) == set(grid.node_ids)  # every message is answered
+    for n in same_worker:  # queued or running in the dead worker: an error each
+        assert replies[n].has_error() and replies[n].error.code == ErrorCode.CLIENT_APP_CRASHED
+        assert f"pid {old_pid}" in replies[n].error.reason and "lost their context.state" in replies[n].error.reason
+    for n in other:
+        assert _n(replies[n]) == 2
+    assert grid.replaced == 1 and grid.worker_pids()[w] != old_pid
+    after = _send(grid, grid.node_ids)
+    for n in same_worker:  # a fresh Context on the new worker: the count starts again
+        assert _n(after[n]) == 1 and int(after[n].content["metrics"]["pid"]) == grid.worker_pids()[grid.owner[n]]
+    for n in other:
+        assert _n(after[n]) == 3
+
+
+def test_pull_waits_briefly_and_a_timeout_leaves_the_reply_missing(grid):
+    node = grid.node_ids[0]
+    msg = Message(RecordDict({"config": ConfigRecord({"sleep": 1.5})}), dst_node_id=node, message_type="train",
+                  group_id="0")
+    t0 = time.monotonic()
+    replies = push_and_pull(grid, [msg], timeout=0.6, poll=0.1)
+    assert replies == [] and time.monotonic() - t0 < 0.6 + grid.pull_wait + 0.3
+    fast = _send(grid, [grid.node_ids[1]])  # the other worker is free
+    assert _n(fast[grid.node_ids[1]]) == 1
+
+
+def test_close_stops_every_worker():
+    g = PoolGrid(3, 2, None, run_config={}, client_app=APP)
+    pids = g.worker_pids()
+    g.close()
+    time.sleep(0.2)
+    for pid in pids:
+        assert not os.path.exists(f"/proc/{pid}") or open(f"/proc/{pid}/stat").read().split()[2] == "Z"
+    with pytest.raises(RuntimeError, match="closed"):
+        g.push_messages([Message(RecordDict(), dst_node_id=g.node_ids[0], message_type="train", group_id="0")])
+
+
+@pytest.mark.slow  # spawned workers import torch themselves: seconds each on 2 cores
+def test_spawned_workers_need_an_importable_app_and_work():
+    with pytest.raises(ValueError, match="module:attribute"):
+        PoolGrid(2, 2, run_config={}, client_app=lambda m, c: m, start_method="spawn")
+    g = PoolGrid(2, 2, None, run_config={"a": 1}, client_app=APP, start_method="spawn")
+    try:
+        replies = _send(g, g.node_ids, mtype="query")
+        assert sorted(_n(r) for r in replies.values()) == [1, 1]
+    finally:
+        g.close()
