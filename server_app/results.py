@@ -59,6 +59,31 @@ def _jsonable(value: Any) -> Any:
     return value
 
 
+def _is_scalar(value: Any) -> bool:
+    return value is None or isinstance(value, (bool, int, float, str))
+
+
+def scalar_of(row: dict[str, Any], column: str) -> Any:
+    """The value of ``column`` in a round row; ``strategy.<key>`` reads the method's metrics."""
+    if column.startswith("strategy."):
+        return (row.get("strategy") or {}).get(column[len("strategy."):])
+    return row.get(column)
+
+
+def csv_columns(rounds: list[dict[str, Any]]) -> list[str]:
+    """Every per-round scalar of results.json: SCALAR_COLUMNS, then any other scalar key of a round (e.g.
+    ``client_accuracy_best``, ``min_data_client``, ``num_evaluated``), then the method's scalar metrics as
+    ``strategy.<key>``, each in first-seen order. Lists and maps (sampled, failures, per-client values) are not
+    scalars; a key is a column when it is a scalar in every round that has it."""
+    seen: dict[str, bool] = {c: True for c in SCALAR_COLUMNS}
+    for row in rounds:
+        items = [(k, v) for k, v in row.items() if k != "strategy"]
+        items += [(f"strategy.{k}", v) for k, v in (row.get("strategy") or {}).items()]
+        for key, value in items:
+            seen[key] = seen.get(key, True) and _is_scalar(value)
+    return [c for c, ok in seen.items() if ok]
+
+
 class ResultsWriter:
     def __init__(self, out_dir: Path, run_config: dict[str, Any]) -> None:
         self.out_dir = out_dir
@@ -102,12 +127,14 @@ class ResultsWriter:
         return path
 
     def write_csv(self) -> Path:
+        """metrics.csv: one row per round, a column per scalar of results.json's rounds (see csv_columns)."""
         path = self.out_dir / "metrics.csv"
+        columns = csv_columns(self.rounds)
         with path.open("w", newline="") as fh:
-            w = csv.DictWriter(fh, fieldnames=SCALAR_COLUMNS, extrasaction="ignore")
+            w = csv.DictWriter(fh, fieldnames=columns)
             w.writeheader()
             for row in self.rounds:
-                w.writerow({k: row.get(k) for k in SCALAR_COLUMNS})
+                w.writerow({c: scalar_of(row, c) for c in columns})
         return path
 
     def plot(self) -> Path | None:

@@ -29,6 +29,7 @@ from flcore.registry import get_method, resolve
 from models import build_model
 from models.evaluation import evaluate
 from server_app.checkpoint import load_checkpoint, save_checkpoint
+from server_app.outputs import resolve_out_dir
 from server_app.results import ResultsWriter, spread
 from strategies.base import FLStrategy, RoundOutcome
 
@@ -38,6 +39,25 @@ log = logging.getLogger("noniid_fl")
 def _say(text: str) -> None:
     print(text, flush=True)
     log.info(text)
+
+
+DONE_MARKER = "noniid-fl: run complete"  # scripts/run_local.sh looks for it in the streamed log
+
+
+def clock(seconds: float) -> str:
+    """``73.4`` -> ``1m13s``; under a minute with one decimal."""
+    if seconds < 60:
+        return f"{seconds:.1f}s"
+    m, s = divmod(int(round(seconds)), 60)
+    return f"{m // 60}h{m % 60:02d}m{s:02d}s" if m >= 60 else f"{m}m{s:02d}s"
+
+
+def progress(rnd: int, first: int, last: int, t_start: float, t_rounds: float, now: float | None = None) -> str:
+    """``elapsed 12.0s, ETA 30.0s``: time since the run started, and the rounds left at the mean pace of the
+    rounds run so far in this process (``first`` .. ``rnd``)."""
+    now = time.time() if now is None else now
+    pace = (now - t_rounds) / (rnd - first + 1)
+    return f"elapsed {clock(now - t_start)}, ETA {clock(pace * (last - rnd))}"
 
 
 def build_strategy(cfg: RunConfig) -> FLStrategy:
@@ -76,7 +96,7 @@ def round_row(server_round: int, outcome: RoundOutcome, g_loss: float, g_acc: fl
 def run_federation(grid: Grid, cfg: RunConfig) -> dict[str, Any]:
     """Run ``num-server-rounds`` rounds; returns the results document (also written to out-dir)."""
     t_start = time.time()
-    out_dir = Path(cfg.out_dir).expanduser().resolve()
+    out_dir = Path(cfg.out_dir or resolve_out_dir(cfg.to_dict())["out-dir"]).expanduser().resolve()
     strategy = build_strategy(cfg)
     strategy.refresh_clients(grid)
     num_clients = len(strategy.clients)
@@ -98,6 +118,7 @@ def run_federation(grid: Grid, cfg: RunConfig) -> dict[str, Any]:
         _say(f"resumed from {cfg.resume_from} after round {ckpt['round']}")
     _say(f"{cfg.method} on {cfg.dataset} ({cfg.partition}), {num_clients} clients, "
          f"{cfg.num_server_rounds} rounds -> {out_dir}")
+    t_rounds = time.time()
     for rnd in range(first, cfg.num_server_rounds + 1):
         t0 = time.time()
         outcome = strategy.train_round(grid, rnd, params)
@@ -124,12 +145,12 @@ def run_federation(grid: Grid, cfg: RunConfig) -> dict[str, Any]:
         local = f"{row['local_accuracy']:.4f}" if row["local_accuracy"] is not None else "n/a"
         _say(f"[round {rnd}/{cfg.num_server_rounds}] G-FL acc {g_acc:.4f} loss {g_loss:.4f} | P-FL acc {local} | "
              f"{row['num_updates']}/{row['num_sampled']} updates, {row['num_failures']} failures | "
-             f"{row['wall_time_s']:.1f}s")
+             f"{row['wall_time_s']:.1f}s | {progress(rnd, first, cfg.num_server_rounds, t_start, t_rounds)}")
     path = results.write(num_clients)
     results.write_csv()
     results.plot()
     torch.save({k: torch.from_numpy(np.asarray(v)) for k, v in params.items()}, out_dir / "final_model.pt")
     doc = {"run_config": results.run_config, "rounds": results.rounds, "final": results.final(num_clients)}
-    _say(f"done in {time.time() - t_start:.1f}s: final G-FL accuracy {doc['final'].get('global_accuracy')}; "
-         f"results in {path}")
+    _say(f"{DONE_MARKER} in {time.time() - t_start:.1f}s: {len(results.rounds)} rounds, final G-FL accuracy "
+         f"{doc['final'].get('global_accuracy')}; results in {path}")
     return doc
