@@ -7,6 +7,9 @@
   (the fit config, the fit metrics) per round: a method fits if it is single-exchange and sends and returns
   no records besides the model. SCAFFOLD (control variates c, delta c) and FedETF/FedGMV (memory vectors,
   class means) exchange extra arrays with every client and do not.
+* Flower's stock ``flwr.serverapp.strategy.FedAvg``, unmodified, drives this project's ClientApp (the
+  client then reads the run config of its Context); it reproduces a method if the method's server is
+  FedAvg (sample-size weighted mean) and its clients need nothing but the model and ``server-round``.
 
 Also the conventions of that legacy face that both sides share (docs/PROTOCOL.md).
 """
@@ -16,7 +19,7 @@ from __future__ import annotations
 from typing import Mapping
 
 from flcore import protocol
-from flcore.registry import MethodDecl
+from flcore.registry import FEDAVG_STRATEGY, MethodDecl
 
 # keys of the legacy fit / evaluate / get_properties config that carry the server's run config
 RUN_CONFIG_PREFIX = "run-config."
@@ -42,6 +45,18 @@ def numpy_client_problem(decl: MethodDecl) -> str | None:
         return (f"method '{decl.name}' exchanges arrays besides the model with every client (to the client: "
                 f"{', '.join(pay.records) or 'none'}; back: {', '.join(pay.reply_records) or 'none'}), which "
                 "NumPyClient.fit's one parameter list and scalar config/metrics cannot carry")
+    return None
+
+
+def stock_fedavg_problem(decl: MethodDecl) -> str | None:
+    """Why Flower's stock FedAvg does not reproduce ``decl`` when it drives our ClientApp (None: it does)."""
+    problem = numpy_client_problem(decl)
+    if problem is not None:
+        return problem
+    if decl.payload.config:
+        return f"its clients need per-client values ({', '.join(decl.payload.config)}) stock FedAvg does not send"
+    if decl.strategy != FEDAVG_STRATEGY:
+        return f"its server aggregates differently ({decl.strategy.split(':')[1]}), not by FedAvg's weighted mean"
     return None
 
 
