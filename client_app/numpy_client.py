@@ -14,9 +14,10 @@ run config of the node's Context (a `flwr run` of this app puts every key there)
 Flower's legacy records (``fitins.parameters`` / ``fitins.config`` -> ``fitres.*``) carry one list of
 arrays and scalars, so methods that exchange other arrays (SCAFFOLD, FedETF/FedGMV) or several messages
 per round (FedUFO) are refused with the reason (flcore/faces.py; docs/PROTOCOL.md). Server sides that
-speak these records: this project's strategies through ``NumPyClientGrid`` (server_app/numpy_grid.py), and
-Flower's legacy ``flwr.server.strategy`` stack; Flower's Message-API strategies (``flwr.serverapp``) send
-"arrays"/"config" and cannot drive a ``client_fn`` app (drive client_app.app:app instead).
+speak these records (both tested): this project's strategies through ``NumPyClientGrid``
+(server_app/numpy_grid.py), and Flower's legacy stack (``flwr.server.compat.start_grid`` with a
+``flwr.server.strategy`` strategy). Flower's Message-API strategies (``flwr.serverapp``) send
+"arrays"/"config" and cannot drive a ``client_fn`` app (they drive client_app.app:app instead).
 """
 
 from __future__ import annotations

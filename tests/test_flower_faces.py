@@ -7,12 +7,17 @@ from __future__ import annotations
 
 import functools
 from collections import Counter
+from types import SimpleNamespace
 
 import numpy as np
 import pytest
 from flwr.app import ArrayRecord, ConfigRecord, Context, Message, RecordDict
 from flwr.common import FitIns, GetPropertiesIns, ndarrays_to_parameters, parameters_to_ndarrays
+from flwr.server import Server, ServerConfig, SimpleClientManager
+from flwr.server.compat import start_grid
+from flwr.server.strategy import FedAvg as LegacyFedAvg
 from flwr.serverapp.strategy import FedAvg
+from flwr.supercore.task_identity import TaskIdentity
 
 from client_app import numpy_client
 from client_app.app import evaluate_on_node
@@ -221,6 +226,40 @@ def test_numpy_client_reads_the_context_run_config_and_fits_like_the_clientapp()
     assert _same(got, dict(record_to_params(reply.content["arrays"])))
     assert res.num_examples == reply.content["metrics"]["num-examples"] > 0
     assert res.metrics["fedbc-lambda"] == 0.3
+
+
+class _LegacyRunGrid(FakeGrid):
+    """Flower's legacy start_grid reads ``grid.run.run_id``."""
+
+    @property
+    def run(self):
+        return SimpleNamespace(run_id=self.run_id)
+
+
+def test_flowers_legacy_fedavg_drives_the_numpy_client_with_the_context_run_config():
+    """The legacy flwr.server stack (start_grid + flwr.server.strategy.FedAvg) speaks the same records."""
+    values = _values("fedavg")
+    grid = _LegacyRunGrid(3)
+    grid.client_app = numpy_client.app
+    grid.run_config.update(values)  # the legacy server sends no run-config keys: the nodes use their Context
+    init = list(_initial("fedavg").values())
+    strategy = LegacyFedAvg(min_fit_clients=3, min_evaluate_clients=3, min_available_clients=3,
+                            initial_parameters=ndarrays_to_parameters(init),
+                            on_fit_config_fn=lambda rnd: {"server-round": rnd},
+                            on_evaluate_config_fn=lambda rnd: {"server-round": rnd})
+    server = Server(client_manager=SimpleClientManager(), strategy=strategy)
+    server.set_max_workers(1)  # one client at a time: the in-process grid is sequential
+    saved = (TaskIdentity._task_id, TaskIdentity._run_id, TaskIdentity._node_id)
+    try:
+        history = start_grid(grid=grid, server=server, config=ServerConfig(num_rounds=2, round_timeout=120))
+    finally:  # start_grid claims this process's task identity
+        TaskIdentity._task_id, TaskIdentity._run_id, TaskIdentity._node_id = saved
+    final = dict(zip(_initial("fedavg"), parameters_to_ndarrays(server.parameters)))
+    _, ours = user_main(FakeGrid(3), _server_context(values))
+    for k, v in record_to_params(ours.arrays).items():
+        np.testing.assert_allclose(final[k], v, rtol=1e-4, atol=1e-5)
+    # round 1 evaluates the same model: both weigh the clients by their test-set size
+    assert dict(history.losses_distributed)[1] == pytest.approx(ours.evaluate_metrics_clientapp[1]["loss"], rel=1e-9)
 
 
 def test_numpy_client_refuses_methods_whose_exchange_does_not_fit():
