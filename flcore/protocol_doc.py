@@ -17,7 +17,7 @@ from string import Template
 
 from flcore import protocol
 from flcore.faces import numpy_client_problem, start_problem, stock_fedavg_problem
-from flcore.registry import MethodDecl, methods
+from flcore.methods import MODULES, declarations
 
 ROOT = Path(__file__).resolve().parent.parent
 TEMPLATE = ROOT / "docs" / "templates" / "PROTOCOL.md.tmpl"
@@ -50,6 +50,11 @@ def _short(path: str) -> str:
     return "`" + path.split(":")[1] + "`"
 
 
+def methods() -> dict:
+    """The project's declared methods (not ones registered at runtime by a user or a test)."""
+    return {d.name: d for d in declarations()}
+
+
 def methods_table() -> str:
     head = ("| method | Strategy | trainer | config keys -> | records -> | <- metrics | <- records | "
             "actions | client state |\n|---|---|---|---|---|---|---|---|---|\n")
@@ -62,12 +67,10 @@ def methods_table() -> str:
     return head + "\n".join(rows) + "\n\nA record name ending in `.` is a prefix (`fedufo.prior.<cid>`)."
 
 
-def key_comments() -> dict[str, tuple[str, str]]:
-    """key -> (module file, trailing comment) of every module-level ``NAME = "key"  # comment`` line in
+def key_comments() -> dict[str, str]:
+    """key -> the trailing comment of every module-level ``NAME = "key"  # comment`` line in
     the declaration modules (flcore/methods/*)."""
-    from flcore.methods import MODULES
-
-    out: dict[str, tuple[str, str]] = {}
+    out: dict[str, str] = {}
     for name in MODULES:
         path = ROOT / "flcore" / "methods" / f"{name}.py"
         line: list[tokenize.TokenInfo] = []
@@ -78,7 +81,7 @@ def key_comments() -> dict[str, tuple[str, str]]:
             line.append(tok)
             if ([t.type for t in line] == [tokenize.NAME, tokenize.OP, tokenize.STRING, tokenize.COMMENT]
                     and line[0].start[1] == 0 and line[1].string == "="):
-                out[line[2].string.strip("\"'")] = (f"flcore/methods/{name}.py", tok.string.lstrip("# ").strip())
+                out[line[2].string.strip("\"'")] = tok.string.lstrip("# ").strip()
     return out
 
 
@@ -91,7 +94,7 @@ def glossary() -> str:
             if key not in seen:
                 seen.add(key)
                 trainer = "client_app/" + d.trainer.split(":")[0].split(".", 1)[1].replace(".", "/") + ".py"
-                meaning = comments.get(key, ("", f"(no comment on a constant; produced by `{trainer}`)"))[1]
+                meaning = comments.get(key, f"(no comment on a constant; produced by `{trainer}`)")
                 rows.append(f"| `{key}` | `{d.name}` | {meaning} |")
     return ("Payload keys (meaning: the comment on the key's constant in its declaration module):\n\n"
             "| key | first declared by | meaning |\n|---|---|---|\n" + "\n".join(rows))

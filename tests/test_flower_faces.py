@@ -92,6 +92,15 @@ def _own_driver(method: str) -> dict[str, np.ndarray]:
     return dict(params)
 
 
+def _train_message(node: int, records: dict) -> Message:
+    return Message(RecordDict(records), dst_node_id=node, message_type="train")
+
+
+def _stock_records() -> dict:
+    """What Flower's stock Message-API FedAvg sends: the model and server-round, no run config."""
+    return {"arrays": params_to_record(_initial("fedavg")), "config": ConfigRecord({"server-round": 1})}
+
+
 def _same(a: dict, b: dict) -> bool:
     return list(a) == list(b) and all(a[k].dtype == b[k].dtype and np.array_equal(a[k], b[k]) for k in a)
 
@@ -220,9 +229,9 @@ def test_numpy_client_reads_the_context_run_config_and_fits_like_the_clientapp()
     client = numpy_client.client_fn(ctx)
     res = client.fit(FitIns(ndarrays_to_parameters(list(init.values())), dict(config)))
     got = dict(zip(init, parameters_to_ndarrays(res.parameters)))
-    reply = grid.send_and_receive([Message(RecordDict({"run_config": ConfigRecord(values), "arrays": params_to_record(init),
-                                                       "config": ConfigRecord(config)}),
-                                           dst_node_id=grid.node_ids[0], message_type="train")])[0]
+    msg = _train_message(grid.node_ids[0], {"run_config": ConfigRecord(values), "arrays": params_to_record(init),
+                                            "config": ConfigRecord(config)})
+    reply = grid.send_and_receive([msg])[0]
     assert _same(got, dict(record_to_params(reply.content["arrays"])))
     assert res.num_examples == reply.content["metrics"]["num-examples"] > 0
     assert res.metrics["fedbc-lambda"] == 0.3
@@ -271,8 +280,8 @@ def test_numpy_client_refuses_methods_whose_exchange_does_not_fit():
     with pytest.raises(RoundFailed, match="registration failed.*no NumPyClient face: method 'scaffold'"):
         user_main(NumPyClientGrid(_numpy_nodes(3)), _server_context(_values("scaffold")))
     # and the server side refuses to send what a NumPyClient cannot receive
-    msg = Message(RecordDict({"arrays": params_to_record(_initial("scaffold")), "config": ConfigRecord({"cid": 0}),
-                              "scaffold-c": params_to_record(_initial("scaffold"))}), dst_node_id=1000, message_type="train")
+    msg = _train_message(1000, {"arrays": params_to_record(_initial("scaffold")), "config": ConfigRecord({"cid": 0}),
+                                "scaffold-c": params_to_record(_initial("scaffold"))})
     with pytest.raises(ValueError, match=r"\['scaffold-c'\] that a NumPyClient cannot receive"):
         NumPyClientGrid.to_legacy(msg)
 
@@ -281,8 +290,7 @@ def test_flowers_message_api_fedavg_cannot_drive_a_client_fn_app():
     """Why the NumPyClient face needs NumPyClientGrid: a client_fn ClientApp reads only legacy records."""
     grid = _numpy_nodes(1)
     grid.run_config.update(_values("fedavg"))
-    msg = Message(RecordDict({"arrays": params_to_record(_initial("fedavg")), "config": ConfigRecord({"server-round": 1})}),
-                  dst_node_id=1000, message_type="train")
+    msg = _train_message(1000, _stock_records())
     reply = grid.send_and_receive([msg])[0]
     assert reply.has_error() and "fitins.parameters" in reply.error.reason
 
@@ -311,8 +319,7 @@ def test_stock_fedavg_drives_our_clientapp_for_two_rounds():
 
 def test_a_message_without_run_config_and_an_empty_context_is_a_clear_error():
     grid = FakeGrid(1)
-    msg = Message(RecordDict({"arrays": params_to_record(_initial("fedavg")), "config": ConfigRecord({"server-round": 1})}),
-                  dst_node_id=1000, message_type="train")
+    msg = _train_message(1000, _stock_records())
     reply = grid.send_and_receive([msg])[0]
     assert reply.has_error() and "node's Context" in reply.error.reason and "lacks key" in reply.error.reason
 
