@@ -39,8 +39,8 @@ def preflight(args: argparse.Namespace) -> RunConfig:
     return check(run_values(args), num_nodes=args.nodes)
 
 
-def _log_to(path: Path) -> logging.Handler:
-    handler = logging.FileHandler(path)
+def _log_to(path: Path, append: bool) -> logging.Handler:
+    handler = logging.FileHandler(path, mode="a" if append else "w")
     handler.setLevel(logging.INFO)
     handler.setFormatter(logging.Formatter("%(asctime)s %(name)s %(levelname)s %(message)s"))
     for name in ("noniid_fl", "flwr"):
@@ -55,11 +55,11 @@ def cmd_run(args: argparse.Namespace) -> int:
         print(f"noniid-fl: config ok: {cfg.method} on {cfg.dataset}, {args.nodes} nodes, "
               f"{cfg.num_server_rounds} rounds -> {cfg.out_dir}")
         return EXIT_OK
-    from server_app.outputs import prepare_out_dir
+    from server_app.outputs import RUN_LOG, prepare_out_dir
 
     out = prepare_out_dir(cfg.out_dir, cfg.overwrite, cfg.resume_from)
-    log_path = out / "run.log"
-    handler = _log_to(log_path)
+    log_path = out / RUN_LOG
+    handler = _log_to(log_path, append=bool(cfg.resume_from))  # a resumed run keeps its log
     t0 = time.time()
     try:
         from experiments.simulate import simulate

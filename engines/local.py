@@ -26,6 +26,7 @@ from flwr.supercore.task_identity import TaskIdentity
 
 from engines.grid import DEFAULT_CLIENT_APP, SERVER_NODE_ID, InProcessGrid, load_client_app
 from flcore.config import ENGINES, ConfigError, RunConfig, resolve_run_config
+from server_app.outputs import resolve_out_dir
 
 DEFAULT_SERVER_APP = "server_app.app:app"
 
@@ -87,7 +88,7 @@ def run_local(run_config: Mapping[str, Any], num_nodes: int, engine: str | None 
     ``ray_options`` (engine 'ray' only): ``cpus_per_client``, ``gpus_per_client``, ``total_cpus``,
     ``quiet``, ``ray_address`` of :func:`engines.ray.run_ray`.
     """
-    values = resolve_run_config(run_config)
+    values = resolve_out_dir(resolve_run_config(run_config))  # out-dir '' -> runs/<method>-<time>, read below
     engine, workers = resolve_engine(values, engine, workers)
     cfg = RunConfig.from_dict(values)  # every key checked before anything starts
     started = time.time()

@@ -76,6 +76,15 @@ def is_complete(path: Path, rounds: int) -> bool:
         return False
 
 
+def sweep_progress(done: int, total: int, elapsed: float, width: int = 24) -> str:
+    """``[#########...............] 3/8 runs, elapsed 4m10s, ETA 6m57s`` (ETA at the mean pace so far)."""
+    from server_app.runner import clock
+
+    filled = width * done // total if total else width
+    eta = f", ETA {clock(elapsed / done * (total - done))}" if done else ""
+    return f"[{'#' * filled}{'.' * (width - filled)}] {done}/{total} runs, elapsed {clock(elapsed)}{eta}"
+
+
 def main(argv: list[str] | None = None) -> int:
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("config", type=Path)
@@ -94,27 +103,37 @@ def main(argv: list[str] | None = None) -> int:
     out_root = RESULTS_ROOT / name
     out_root.mkdir(parents=True, exist_ok=True)
     shutil.copyfile(args.config, out_root / "experiment.toml")
-    failed = []
+    jobs = []  # (label, seed, out-dir, run-config values) of every run still to do, in order
     for label, over in doc["runs"].items():
         if args.only and label not in args.only:
             continue
         for seed in seeds:
             out = run_dir(name, label, seed)
-            values = {**doc.get("base", {}), **over, "seed": seed, "out-dir": str(out),
-                      "checkpoint": False}
+            # overwrite: this runner decides what to redo (skip finished runs unless --force)
+            values = {**doc.get("base", {}), **over, "seed": seed, "out-dir": str(out), "checkpoint": False,
+                      "overwrite": True}
             rounds = int(resolve_run_config(values)["num-server-rounds"])
             if not args.force and is_complete(out, rounds):
                 print(f"[skip] {name}/{label}/seed{seed} (done)")
                 continue
-            t0 = time.time()
-            try:
-                res = simulate(values, num_supernodes=int(exp.get("num-supernodes", 10)),
-                               cpus_per_client=args.cpus_per_client)
-                print(f"[done] {name}/{label}/seed{seed}: G-FL {res['final']['global_accuracy']:.4f} "
-                      f"in {time.time() - t0:.0f}s", flush=True)
-            except Exception:  # noqa: BLE001 - keep going, report at the end
-                traceback.print_exc()
-                failed.append(f"{label}/seed{seed}")
+            jobs.append((label, seed, values))
+    failed = []
+    t_sweep = time.time()
+    for i, (label, seed, values) in enumerate(jobs):
+        print(f"{sweep_progress(i, len(jobs), time.time() - t_sweep)} {name}/{label}/seed{seed} ...", flush=True)
+        t0 = time.time()
+        try:
+            res = simulate(values, num_supernodes=int(exp.get("num-supernodes", 10)),
+                           cpus_per_client=args.cpus_per_client)
+            print(f"[done] {name}/{label}/seed{seed}: G-FL {res['final']['global_accuracy']:.4f} "
+                  f"in {time.time() - t0:.0f}s", flush=True)
+        except Exception:  # noqa: BLE001 - keep going, report at the end
+            traceback.print_exc()
+            print(f"[FAILED] {name}/{label}/seed{seed} after {time.time() - t0:.0f}s", flush=True)
+            failed.append(f"{label}/seed{seed}")
+    if jobs:
+        print(f"{sweep_progress(len(jobs), len(jobs), time.time() - t_sweep)} {len(jobs) - len(failed)} done, "
+              f"{len(failed)} failed", flush=True)
     if failed:
         print(f"FAILED runs: {', '.join(failed)}", file=sys.stderr)
         return 1

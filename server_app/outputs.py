@@ -6,7 +6,8 @@
 * ``runs/latest`` is a symbolic link to the newest run started in ``runs/`` (relative, so the tree can move).
 * An existing non-empty out-dir is refused (server_app/preflight.py) unless ``overwrite = true``
   (``noniid-fl run --overwrite``) or the run resumes from it; overwriting removes only the files a run writes
-  (:data:`RUN_FILES`), never anything else in the directory.
+  (:data:`RUN_FILES`), never anything else in the directory. ``run.log`` does not count: ``noniid-fl run``
+  starts it in the out-dir just before the engine (whose ServerApp checks the out-dir again).
 
 No torch or Flower import here: the command line uses this before any engine starts.
 """
@@ -21,7 +22,8 @@ from typing import Any, Mapping
 RUNS_DIR = "runs"
 LATEST = "latest"
 RUN_FILES = ("results.json", "results.tmp", "metrics.csv", "accuracy.png", "final_model.pt", "checkpoint.pt",
-             "checkpoint.tmp", "run.log")
+             "checkpoint.tmp")
+RUN_LOG = "run.log"  # written by `noniid-fl run` (which truncates it at the start of each run)
 
 
 def default_out_dir(method: str, root: Path | None = None, now: float | None = None) -> Path:
@@ -45,11 +47,13 @@ def resume_dir(resume_from: str) -> Path:
 def resolve_out_dir(values: Mapping[str, Any]) -> dict[str, Any]:
     """``values`` with ``out-dir`` filled in when it is "" (see the module docstring), made absolute."""
     out = dict(values)
-    given = str(out.get("out-dir", "") or "")
+    given, resume = out.get("out-dir", ""), out.get("resume-from", "")
+    if not isinstance(given, str) or not isinstance(resume, str):
+        return out  # the declared type check refuses it, naming the key
     if given:
         path = Path(given).expanduser()
-    elif out.get("resume-from"):
-        path = resume_dir(str(out["resume-from"]))
+    elif resume:
+        path = resume_dir(resume)
     else:
         path = default_out_dir(str(out.get("method", "run")))
     out["out-dir"] = str(path.absolute())
@@ -57,7 +61,8 @@ def resolve_out_dir(values: Mapping[str, Any]) -> dict[str, Any]:
 
 
 def is_nonempty_dir(path: Path) -> bool:
-    return path.is_dir() and any(path.iterdir())
+    """Whether ``path`` is a directory holding anything besides the command line's own run.log."""
+    return path.is_dir() and any(p.name != RUN_LOG for p in path.iterdir())
 
 
 def clear_run_files(out_dir: Path) -> list[Path]:
