@@ -53,7 +53,7 @@ def test_scaffold_in_flower_simulation(tmp_path):
 
     doc = simulate({"method": "scaffold", "dataset": "digits", "num-server-rounds": 3, "batch-size": 16,
                     "lr": 0.1, "local-epochs": 2, "out-dir": str(tmp_path / "run"), "checkpoint": False},
-                   num_supernodes=4)
+                   num_supernodes=4, engine="ray")   # Flower's Ray simulation, not the in-process default
     rounds = doc["rounds"]
     assert [r["num_updates"] for r in rounds] == [4, 4, 4]
     norms = [r["strategy"]["scaffold-c-norm"] for r in rounds]

@@ -206,7 +206,7 @@ def test_fedrane_simulation_learns(tmp_path):
     doc = simulate({"method": "fedrane", "dataset": "digits", "model": "convnet", "num-server-rounds": 3,
                     "partition": "dirichlet", "dirichlet-alpha": 0.5, "local-epochs": 2, "batch-size": 64,
                     "lr": 0.1, "fedrane.lra-graph": "closed-form", "out-dir": str(tmp_path), "checkpoint": False},
-                   num_supernodes=4)
+                   num_supernodes=4, engine="ray")   # Flower's Ray simulation
     rounds = doc["rounds"]
     assert len(rounds) == 3
     for row in rounds:
