@@ -46,7 +46,7 @@ def run_sim(cfg: dict[str, Any], nodes: int) -> dict[str, Any]:
     from experiments.simulate import simulate
 
     t0 = time.time()
-    doc = simulate(cfg, num_supernodes=nodes, cpus_per_client=1.0)
+    doc = simulate(cfg, num_supernodes=nodes, cpus_per_client=1.0, engine="ray")
     return summarize(doc, time.time() - t0)
 
 

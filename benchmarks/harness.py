@@ -1,7 +1,7 @@
 """Running things under measurement: a Flower simulation with per-round timestamps, a memory sampler
 for the whole process tree (this process + Ray's GCS, raylet and worker processes), result files.
 
-The Flower runs use ``experiments.simulate.simulate`` (the engine ``flwr run . local`` uses). Round-end
+The Flower runs use ``experiments.simulate.simulate(..., engine="ray")`` (the engine ``flwr run . local`` uses). Round-end
 times are taken from the round driver's progress line (``server_app.runner._say``), which is printed
 after the round's aggregation, evaluation, results write and checkpoint, so the interval between two
 round ends is the full cost of a round.
@@ -204,7 +204,7 @@ def run_flower(overrides: Mapping[str, Any], num_supernodes: int, total_cpus: in
             t0, c0 = time.time(), tree_cpu_seconds()
             try:
                 doc = simulate(dict(overrides), num_supernodes=num_supernodes, cpus_per_client=cpus_per_client,
-                               total_cpus=total_cpus)
+                               total_cpus=total_cpus, engine="ray")   # Flower's simulation engine
             except RuntimeError:
                 # Ray gives its raylet a fixed 30 s to come up; on an overloaded machine it sometimes does
                 # not. Retry a run that failed before its first round; anything later is a real failure.
