@@ -1,10 +1,10 @@
 """Running things under measurement: a Flower simulation with per-round timestamps, a memory sampler
 for the whole process tree (this process + Ray's GCS, raylet and worker processes), result files.
 
-The Flower runs use ``experiments.simulate.simulate(..., engine="ray")`` (the engine ``flwr run . local`` uses). Round-end
-times are taken from the round driver's progress line (``server_app.runner._say``), which is printed
-after the round's aggregation, evaluation, results write and checkpoint, so the interval between two
-round ends is the full cost of a round.
+The Flower runs use ``experiments.simulate.simulate(..., engine="ray")`` (the engine ``flwr run . local``
+uses). Round-end times are taken from the round driver's progress line (``server_app.runner._say``), which
+is printed after the round's aggregation, evaluation, results write and checkpoint, so the interval between
+two round ends is the full cost of a round.
 """
 
 from __future__ import annotations
