@@ -45,6 +45,9 @@ class FedUFOTrainer(Trainer):
     def __init__(self, job) -> None:
         super().__init__(job)
         self.ufo = job.cfg.section(FedUFOConfig)
+        if STAGE_KEY not in job.config:
+            raise KeyError(f"client {job.cid}: the FedUFO message's config lacks '{STAGE_KEY}' (the FedUFO strategy "
+                           "sends the round's stage; see docs/PROTOCOL.md)")
         self.stage = int(job.config[STAGE_KEY])
         self.meters: dict[str, _Meter] = {}
         self.disc_term: DiscriminatorTerm | None = None
