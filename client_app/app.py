@@ -105,17 +105,17 @@ def load_client_data(cfg: RunConfig, node_config: dict, device: torch.device) ->
 def _config(msg: Message) -> RunConfig:
     if "run_config" not in msg.content:
         raise ClientSetupError("message carries no 'run_config' record (is the ServerApp this project's?)")
-    values = dict(msg.content["run_config"])
-    try:
-        return _parsed_config(tuple((k, type(v), v) for k, v in values.items()))
-    except TypeError:  # a list value: not hashable, parse this one
-        return RunConfig.from_dict(values)
+    values = dict(msg.content["run_config"].items())
+    global _LAST_CONFIG
+    last = _LAST_CONFIG
+    if last is not None and values == last[0] and list(map(type, values.values())) == last[1]:
+        return last[2]  # every message of a run carries the same config: parse it once
+    cfg = RunConfig.from_dict(values)
+    _LAST_CONFIG = (values, list(map(type, values.values())), cfg)
+    return cfg
 
 
-@functools.lru_cache(maxsize=4)
-def _parsed_config(items: tuple) -> RunConfig:
-    """The parsed run config of a message (the same for every message of a run: parsed once)."""
-    return RunConfig.from_dict({k: v for k, _, v in items})
+_LAST_CONFIG: tuple | None = None
 
 
 def _generator(cfg: RunConfig, server_round: int, cid: int, phase: str) -> torch.Generator:
@@ -128,7 +128,7 @@ def _model(cfg: RunConfig, data: ClientData, device: torch.device, params: dict)
     in_shape = tuple(data.x_train.shape[1:])
     key = (_cfg_keys(cfg)[1], in_shape, data.num_classes, str(device))
     model = POOL.get(key, lambda: build_model(cfg, in_shape, data.num_classes).to(device), cfg.seed)
-    model.load_state_dict({k: torch.from_numpy(np.asarray(v)) for k, v in params.items()}, strict=True)
+    POOL.load(model, params)  # = model.load_state_dict(params as tensors, strict=True)
     return model
 
 
@@ -152,7 +152,7 @@ def _train(msg: Message, context: Context) -> Message:
     state = ClientState(context.state, cid, state_dir)
     records = {k: v for k, v in msg.content.items() if k not in ("arrays", "config", "run_config")}
     job = TrainJob(cfg=cfg, cid=cid, server_round=server_round, model=model,
-                   global_params={k: v.detach().clone() for k, v in model.state_dict().items()},
+                   global_params={k: v.detach().clone() for k, v in POOL.state_items(model)},
                    data=data, config=config, records=records, state=state, device=device,
                    generator=_generator(cfg, server_round, cid, msg.metadata.message_type),
                    phase=msg.metadata.message_type)
