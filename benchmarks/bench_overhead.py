@@ -1,23 +1,25 @@
-"""Framework overhead: FedAvg in Flower's simulation engine vs a plain in-process PyTorch loop.
+"""Framework overhead: FedAvg on the in-process engine and on Flower's Ray engine vs a plain PyTorch loop.
 
 Three ways to run the identical work (same data, model, seeded sampling and shuffles; the benchmark
 checks that all three produce the same global accuracy every round):
   plain      benchmarks/plain_loop.py: local training + averaging in one process, nothing else;
-  inprocess  the project's round driver, strategy and ClientApp with messages delivered in this process
-             (benchmarks/inproc_grid.py): records, config parsing, validation, results, checkpoints;
-  flower     experiments.simulate: Flower's simulation engine (Ray actors, in-memory SuperLink).
-``flower/plain`` is the framework overhead, ``inprocess/plain`` the share of it that is this project's
-own code, ``flower/inprocess`` the simulation engine's. With ``--workers W`` Flower gets W Ray actors of
-one CPU each and the in-process loops W torch threads.
+  inprocess  the in-process engine (engines.run_local): the real ServerApp, round driver, strategy and
+             ClientApp through an in-process Flower Grid (records, config, validation, results.json and a
+             checkpoint every round);
+  flower     Flower's simulation engine (experiments.simulate(engine="ray"): Ray actors, in-memory SuperLink).
+``inprocess/plain`` is the in-process engine's overhead, ``flower/plain`` Ray's. With ``--workers W``:
+the plain loop gets W torch threads, the in-process engine W worker processes (engine-workers = W, one
+torch thread each), Flower W Ray actors of one CPU each.
 
 Each repeat runs the variants back to back (order rotating), and every ratio is taken within one
 repeat. Two clocks: wall time (what a user waits; stretched by other jobs on a shared machine) and CPU
 time of the whole process tree (the work done; much less sensitive to other jobs). Per variant: the
 steady-state per-round time (median interval between round ends after round 1) and the fixed start-up
-cost (time to the end of round 1 minus one steady round: Ray start, actor pool, ClientApp import,
-client registration, data loading).
+cost (time to the end of round 1 minus one steady round: Ray start, actor pool, worker processes,
+client registration, data loading; imports are already done: bench_startup.py measures a fresh process).
 
-    python -m benchmarks.bench_overhead [--repeats 3] [--rounds 6] [--clients 10] [--workers 1]
+    python -m benchmarks.bench_overhead [--repeats 3] [--rounds 6] [--clients 10] [--workers 1 2]
+        [--variants plain inprocess flower] [--set checkpoint=false ...]
 """
 
 from __future__ import annotations
@@ -61,9 +63,8 @@ def run_variant(name: str, cfg: dict, clients: int, workers: int) -> dict:
         return _measure(t0, c0, [t for t, _ in ends], [c for _, c in ends],
                         [r["global_accuracy"] for r in res["rounds"]])
     if name == "inprocess":
-        torch.set_num_threads(workers)
-        res = run_inprocess(cfg, clients)
         torch.set_num_threads(1)
+        res = run_inprocess(cfg, clients, workers=workers)
     else:
         torch.set_num_threads(1)
         res = run_flower(cfg, clients, total_cpus=workers)
@@ -73,37 +74,66 @@ def run_variant(name: str, cfg: dict, clients: int, workers: int) -> dict:
     return out
 
 
+def _value(text: str) -> object:
+    """A --set value: int, float, true/false, else the string."""
+    for cast in (int, float):
+        try:
+            return cast(text)
+        except ValueError:
+            pass
+    return {"true": True, "false": False}.get(text.lower(), text)
+
+
+def overrides(pairs: list[str]) -> dict:
+    out = {}
+    for pair in pairs:
+        key, sep, value = pair.partition("=")
+        if not sep:
+            raise SystemExit(f"--set expects key=value, got {pair!r}")
+        out[key] = _value(value)
+    return out
+
+
+def ratios_of(variants: tuple[str, ...]) -> list[tuple[str, str]]:
+    return [(n, d) for n, d in RATIOS if n in variants and d in variants]
+
+
 def one_repeat(k: int, args: argparse.Namespace, workers: int) -> dict:
-    order = VARIANTS[k % 3:] + VARIANTS[:k % 3]
+    variants = tuple(args.variants)
+    order = variants[k % len(variants):] + variants[:k % len(variants)]
     rep: dict = {"order": list(order)}
     for name in order:
         with tempfile.TemporaryDirectory(prefix="bench_overhead_") as tmp:
-            rep[name] = run_variant(name, workload(args.rounds, tmp, args.dataset, args.max_steps), args.clients,
-                                    workers)
-    ref = rep["plain"]["accuracy"]
+            cfg = {**workload(args.rounds, tmp, args.dataset, args.max_steps), **overrides(args.set)}
+            rep[name] = run_variant(name, cfg, args.clients, workers)
+    ref = rep[variants[0]]["accuracy"]
     rep["identical_accuracy"] = all(
         len(rep[v]["accuracy"]) == len(ref) and all(abs(a - b) < 1e-9 for a, b in zip(rep[v]["accuracy"], ref))
-        for v in VARIANTS)
-    # with W > 1 torch threads the in-process variants sum in a different order than Flower's 1-thread actors
-    rep["identical_inprocess_plain"] = all(abs(a - b) < 1e-9 for a, b in zip(rep["inprocess"]["accuracy"], ref))
-    for num, den in RATIOS:
+        for v in variants)
+    if "plain" in variants and "inprocess" in variants:
+        # with W > 1 torch threads the plain loop sums in a different order than single-threaded clients
+        rep["identical_inprocess_plain"] = all(
+            abs(a - b) < 1e-9 for a, b in zip(rep["inprocess"]["accuracy"], rep["plain"]["accuracy"]))
+    for num, den in ratios_of(variants):
         rep[f"{num}/{den}"] = rep[num]["per_round_s"] / rep[den]["per_round_s"]
         rep[f"{num}/{den} cpu"] = rep[num]["cpu_per_round_s"] / rep[den]["cpu_per_round_s"]
     rep["loadavg_after"] = list(os.getloadavg())
     return rep
 
 
-def summarise(reps: list[dict], workers: int) -> dict:
-    out: dict = {"workers": workers, "repeats": reps, "identical_accuracy": all(r["identical_accuracy"] for r in reps)}
-    for num, den in RATIOS:
+def summarise(reps: list[dict], workers: int, variants: tuple[str, ...]) -> dict:
+    out: dict = {"workers": workers, "variants": list(variants), "repeats": reps,
+                 "identical_accuracy": all(r["identical_accuracy"] for r in reps)}
+    for num, den in ratios_of(variants):
         for clock in ("", " cpu"):
             key = f"{num}/{den}{clock}"
             field = "cpu_per_round_s" if clock else "per_round_s"
             out[key] = summary(paired_ratios([r[num][field] for r in reps], [r[den][field] for r in reps]))
-    for v in VARIANTS:
+    for v in variants:
         for field in ("per_round_s", "cpu_per_round_s", "startup_s", "cpu_startup_s"):
             out[f"{v}.{field}"] = summary([r[v][field] for r in reps])
-    out["flower.shutdown_s"] = summary([r["flower"]["shutdown_s"] for r in reps])
+    if "flower" in variants:
+        out["flower.shutdown_s"] = summary([r["flower"]["shutdown_s"] for r in reps])
     out["loadavg"] = summary([r["loadavg_after"][0] for r in reps])
     return out
 
@@ -117,7 +147,11 @@ def main() -> None:
     ap.add_argument("--dataset", default="mnist-5k")
     ap.add_argument("--max-steps", type=int, default=0, help="max-local-steps (0 = full local epoch)")
     ap.add_argument("--name", default="overhead")
+    ap.add_argument("--variants", nargs="+", choices=VARIANTS, default=list(VARIANTS))
+    ap.add_argument("--set", nargs="*", default=[], metavar="KEY=VALUE",
+                    help="run-config overrides on top of the workload (e.g. checkpoint=false)")
     args = ap.parse_args()
+    variants = tuple(args.variants)
     report = {"machine": machine(), "args": vars(args), "configs": []}
     for workers in args.workers:
         reps = []
@@ -125,20 +159,22 @@ def main() -> None:
             rep = one_repeat(k, args, workers)
             reps.append(rep)
             print(f"[workers={workers} repeat {k + 1}/{args.repeats}] per round (wall): "
-                  + ", ".join(f"{v} {rep[v]['per_round_s']:.2f}s" for v in VARIANTS)
+                  + ", ".join(f"{v} {rep[v]['per_round_s']:.3f}s" for v in variants)
                   + " | ratios wall/cpu: "
-                  + ", ".join(f"{n}/{d} {rep[f'{n}/{d}']:.3f}/{rep[f'{n}/{d} cpu']:.3f}" for n, d in RATIOS)
-                  + f" | flower start-up {rep['flower']['startup_s']:.1f}s | identical accuracies "
-                  f"{rep['identical_accuracy']} | load {rep['loadavg_after'][0]:.1f}", flush=True)
-        summ = summarise(reps, workers)
+                  + ", ".join(f"{n}/{d} {rep[f'{n}/{d}']:.3f}/{rep[f'{n}/{d} cpu']:.3f}" for n, d in ratios_of(variants))
+                  + " | start-up " + ", ".join(f"{v} {rep[v]['startup_s']:.2f}s" for v in variants if v != "plain")
+                  + f" | identical accuracies {rep['identical_accuracy']} | load {rep['loadavg_after'][0]:.1f}",
+                  flush=True)
+        summ = summarise(reps, workers, variants)
         report["configs"].append(summ)
-        for n, d in RATIOS:
+        for n, d in ratios_of(variants):
             w, c = summ[f"{n}/{d}"], summ[f"{n}/{d} cpu"]
             print(f"== workers={workers} {n}/{d} per round: wall {w['median']:.3f} [{w['min']:.3f}, {w['max']:.3f}], "
                   f"cpu {c['median']:.3f} [{c['min']:.3f}, {c['max']:.3f}] (n={w['n']})")
-        print(f"== workers={workers} flower start-up {summ['flower.startup_s']['median']:.1f}s wall, "
-              f"{summ['flower.cpu_startup_s']['median']:.1f}s cpu; shut-down {summ['flower.shutdown_s']['median']:.1f}s",
-              flush=True)
+        for v in variants:
+            if v != "plain":
+                print(f"== workers={workers} {v} start-up {summ[f'{v}.startup_s']['median']:.2f}s wall, "
+                      f"{summ[f'{v}.cpu_startup_s']['median']:.2f}s cpu", flush=True)
     path = write_result(args.name, report)
     print(f"wrote {path}")
 

@@ -1,10 +1,11 @@
 """Running things under measurement: a Flower simulation with per-round timestamps, a memory sampler
 for the whole process tree (this process + Ray's GCS, raylet and worker processes), result files.
 
-The Flower runs use ``experiments.simulate.simulate(..., engine="ray")`` (the engine ``flwr run . local``
-uses). Round-end times are taken from the round driver's progress line (``server_app.runner._say``), which
-is printed after the round's aggregation, evaluation, results write and checkpoint, so the interval between
-two round ends is the full cost of a round.
+The Flower runs use ``experiments.simulate.simulate(engine="ray")`` (the engine ``flwr run . local``
+uses), the in-process runs ``engines.run_local``. Round-end
+times are taken from the round driver's progress line (``server_app.runner._say``), which is printed
+after the round's aggregation, evaluation, results write and checkpoint, so the interval between two
+round ends is the full cost of a round.
 """
 
 from __future__ import annotations
@@ -204,7 +205,7 @@ def run_flower(overrides: Mapping[str, Any], num_supernodes: int, total_cpus: in
             t0, c0 = time.time(), tree_cpu_seconds()
             try:
                 doc = simulate(dict(overrides), num_supernodes=num_supernodes, cpus_per_client=cpus_per_client,
-                               total_cpus=total_cpus, engine="ray")   # Flower's simulation engine
+                               total_cpus=total_cpus, engine="ray")
             except RuntimeError:
                 # Ray gives its raylet a fixed 30 s to come up; on an overloaded machine it sometimes does
                 # not. Retry a run that failed before its first round; anything later is a real failure.
@@ -221,21 +222,20 @@ def run_flower(overrides: Mapping[str, Any], num_supernodes: int, total_cpus: in
             "exchanges": calls, "start_attempts": attempt + 1}
 
 
-def run_inprocess(overrides: Mapping[str, Any], num_nodes: int) -> dict[str, Any]:
-    """The same round driver, strategy and ClientApp, but with messages delivered in this process
-    (benchmarks.inproc_grid): the project's own per-message cost without the simulation engine."""
-    from benchmarks.inproc_grid import InProcessGrid
-    from flcore.config import RunConfig, resolve_run_config
-    from server_app.runner import run_federation
+def run_inprocess(overrides: Mapping[str, Any], num_nodes: int, workers: int = 1) -> dict[str, Any]:
+    """The in-process engine (engines.run_local: the real ServerApp, strategy and ClientApp through an
+    in-process Grid; ``workers`` > 1: that many worker processes), with the same clocks as run_flower."""
+    from engines.local import run_local
 
-    cfg = RunConfig.from_dict(resolve_run_config(dict(overrides)))
     with round_clock() as lines, exchange_clock() as calls:
         t0, c0 = time.time(), tree_cpu_seconds()
-        doc = run_federation(InProcessGrid(num_nodes), cfg)
+        doc = run_local(dict(overrides), num_nodes, engine="inprocess", workers=workers)
         t_end = time.time()
     rounds = [(t, c) for t, c, text in lines if text.startswith("[round ")]
+    first = next((t for t, _, text in lines if " clients, " in text and "rounds ->" in text), None)
     return {"t_start": t0, "cpu_start": c0, "round_ends": [t for t, _ in rounds],
-            "round_end_cpu": [c for _, c in rounds], "t_end": t_end, "doc": doc, "exchanges": calls}
+            "round_end_cpu": [c for _, c in rounds], "t_registered": first, "t_end": t_end, "doc": doc,
+            "exchanges": calls}
 
 
 # ------------------------------------------------------------------------------------- output

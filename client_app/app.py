@@ -77,7 +77,7 @@ def _data_key(cfg: RunConfig) -> tuple:
 
 @functools.lru_cache(maxsize=64)
 def _cached_arrays(key: tuple, cid: int, num_partitions: int, data_path: str, cfg_items: tuple) -> ClientArrays:
-    cfg = _parsed(cfg_items)
+    cfg = RunConfig.from_dict(dict(cfg_items))
     if data_path:
         return node_arrays(data_path, cfg.local_test_fraction, cfg.seed + cid)
     return client_arrays(cfg, cid, num_partitions)
@@ -105,18 +105,25 @@ def load_client_data(cfg: RunConfig, node_config: dict, device: torch.device) ->
     return cid, ClientData(t(arr.x_train), t(arr.y_train), t(arr.x_test), t(arr.y_test), arr.num_classes)
 
 
-@functools.lru_cache(maxsize=8)
-def _parsed(items: tuple) -> RunConfig:
-    return RunConfig.from_dict(dict(items), complete=True)
-
-
 def parse_run_config(values, source: str) -> RunConfig:
-    """The run config from ``values`` (every key), parsed once per process; ``source`` names where the
-    values came from in the error for an incomplete or invalid one."""
+    """The run config from ``values`` (every key), parsed once per process (every message of a run carries the
+    same config: compared by value and type with the last one); ``source`` names where the values came from
+    in the error for an incomplete or invalid one."""
+    global _LAST_CONFIG
+    values = dict(values.items())
+    types = list(map(type, values.values()))
+    last = _LAST_CONFIG
+    if last is not None and values == last[0] and types == last[1]:
+        return last[2]
     try:
-        return _parsed(tuple(sorted(dict(values).items())))
+        cfg = RunConfig.from_dict(values, complete=True)
     except ConfigError as exc:
         raise ClientSetupError(f"the run config from {source} is not usable: {exc}") from exc
+    _LAST_CONFIG = (values, types, cfg)
+    return cfg
+
+
+_LAST_CONFIG: tuple | None = None
 
 
 def _config(msg: Message, context: Context) -> RunConfig:
@@ -138,7 +145,7 @@ def _model(cfg: RunConfig, data: ClientData, device: torch.device, params: dict)
     in_shape = tuple(data.x_train.shape[1:])
     key = (_cfg_keys(cfg)[1], in_shape, data.num_classes, str(device))
     model = POOL.get(key, lambda: build_model(cfg, in_shape, data.num_classes).to(device), cfg.seed)
-    model.load_state_dict({k: torch.from_numpy(np.asarray(v)) for k, v in params.items()}, strict=True)
+    POOL.load(model, params)  # = model.load_state_dict(params as tensors, strict=True)
     return model
 
 
@@ -159,7 +166,7 @@ def train_on_node(cfg: RunConfig, context: Context, config: dict, params: dict, 
     state_dir = str(context.node_config.get("state-dir", "")) or cfg.client_state_dir
     state = ClientState(context.state, cid, state_dir)
     job = TrainJob(cfg=cfg, cid=cid, server_round=server_round, model=model,
-                   global_params={k: v.detach().clone() for k, v in model.state_dict().items()},
+                   global_params={k: v.detach().clone() for k, v in POOL.state_items(model)},
                    data=data, config=config, records=records, state=state, device=device,
                    generator=_generator(cfg, server_round, cid, phase), phase=phase)
     trainer_cls = resolve(get_method(cfg.method).trainer)

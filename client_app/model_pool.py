@@ -5,91 +5,133 @@ Every train/evaluate message needs the run's model loaded with the received weig
 seeding for CUDA with a captured stack trace) costs 0.3-1.5 ms on CPU: as much as a small client's whole
 local round (digits MLP). A single-box engine that sends thousands of messages to one process pays
 that every time. The pool keeps built models per (run config, input shape, classes, device) and hands
-one out again when it is provably in its freshly built condition apart from its weights, which are then
-overwritten by the received ones, exactly as a new model's would be:
+one out again only when it is provably in its freshly built condition apart from its weights, which the
+caller then overwrites with the received ones, exactly as a new model's would be:
 
 - on build, the global torch RNG state right after ``build_model`` is recorded; on reuse it is restored
   (and CUDA re-seeded when CUDA exists), so what a trainer draws from the global RNG is unchanged;
-- a model goes back to the pool only if nothing outside the ClientApp handler still references it or any
-  of its submodules and parameters (reference counts equal those of a new model), and its structure is
-  unchanged: module types, parameter and buffer names / shapes / dtypes / devices / requires_grad, hooks,
-  plain attributes (tensors by identity and version counter). Otherwise it is dropped and the next
-  message builds a new one;
-- on reuse: gradients cleared (a new model has none), training mode on, weights loaded strictly.
+- a model goes back to the pool only if nothing outside the ClientApp handler still references it, its
+  submodules or its tensors (reference counts equal those recorded when it was new), and nothing in it
+  changed but tensor values: the same submodule objects, attribute names and plain attribute values,
+  the same parameter / buffer objects with the same ``requires_grad``, no hook added or removed, and
+  tensors held as plain attributes not modified in place (identity and version counter);
+- on reuse every gradient is cleared and every module is put in training mode (as built);
+- :meth:`ModelPool.load` copies received weights in with the checks of ``load_state_dict(strict=True)``
+  (same names, same shapes; same ``copy_``), through ``load_state_dict`` itself whenever a module defines
+  its own loading hooks.
 
-Anything the check cannot prove (a trainer that keeps the model, changes a flag, registers a hook)
-simply costs a rebuild. ``POOL.enabled = False`` turns reuse off.
+What the check cannot prove (a trainer that keeps the model, flips a flag, registers a hook) simply costs
+a rebuild. ``POOL.enabled = False`` turns reuse off.
 """
 
 from __future__ import annotations
 
+import operator
 import sys
-import weakref
-from typing import Any, Callable
+from collections import OrderedDict
+from typing import Any, Callable, Mapping
 
+import numpy as np
 import torch
 from torch import nn
 
-_MODULE_INTERNALS = {"training", "_parameters", "_buffers", "_non_persistent_buffers_set", "_modules",
-                     "_backward_pre_hooks", "_backward_hooks", "_is_full_backward_hook", "_forward_hooks",
-                     "_forward_hooks_with_kwargs", "_forward_hooks_always_called", "_forward_pre_hooks",
-                     "_forward_pre_hooks_with_kwargs", "_state_dict_hooks", "_state_dict_pre_hooks",
-                     "_load_state_dict_pre_hooks", "_load_state_dict_post_hooks"}
-_HOOK_DICTS = ("_backward_pre_hooks", "_backward_hooks", "_forward_hooks", "_forward_pre_hooks",
-               "_state_dict_hooks", "_state_dict_pre_hooks", "_load_state_dict_pre_hooks",
-               "_load_state_dict_post_hooks")
-_ATOMS = (int, float, bool, str, bytes, type(None), torch.dtype, torch.device)
+_INTERNALS = frozenset({"training", "_parameters", "_buffers", "_non_persistent_buffers_set", "_modules",
+                        "_backward_pre_hooks", "_backward_hooks", "_is_full_backward_hook", "_forward_hooks",
+                        "_forward_hooks_with_kwargs", "_forward_hooks_always_called", "_forward_pre_hooks",
+                        "_forward_pre_hooks_with_kwargs", "_state_dict_hooks", "_state_dict_pre_hooks",
+                        "_load_state_dict_pre_hooks", "_load_state_dict_post_hooks"})
+_HOOKS = ("_backward_pre_hooks", "_backward_hooks", "_forward_hooks", "_forward_pre_hooks", "_state_dict_hooks",
+          "_state_dict_pre_hooks", "_load_state_dict_pre_hooks", "_load_state_dict_post_hooks")
 
 
-def _attr_signature(value: Any) -> Any:
-    if isinstance(value, _ATOMS):
-        return value
-    if isinstance(value, torch.Tensor):
-        return ("tensor", id(value), value._version)
-    if isinstance(value, tuple) and all(isinstance(v, _ATOMS) for v in value):
-        return value
-    return ("object", id(value), type(value).__name__)
+_HOOK_DICTS = operator.itemgetter(*_HOOKS)
+_REQUIRES_GRAD = operator.attrgetter("requires_grad")
 
 
-def structure(model: nn.Module) -> tuple:
-    """What must be unchanged for a used model to count as new once its weights are reloaded."""
-    out = []
-    for name, mod in model.named_modules():
-        d = mod.__dict__
-        params = tuple((n, tuple(p.shape), p.dtype, p.device, p.requires_grad, type(p))
-                       for n, p in d["_parameters"].items() if p is not None)
-        buffers = tuple((n, tuple(b.shape), b.dtype, b.device, n in d["_non_persistent_buffers_set"])
-                        for n, b in d["_buffers"].items() if b is not None)
-        hooks = tuple(len(d.get(h, ())) for h in _HOOK_DICTS)
-        attrs = tuple(sorted((k, _attr_signature(v)) for k, v in d.items() if k not in _MODULE_INTERNALS))
-        out.append((name, type(mod), params, buffers, hooks, attrs))
-    return tuple(out)
+class _ModuleSnapshot:
+    """One module as it was when new (instance-specific: compared by identity, C-level where possible)."""
+
+    __slots__ = ("keys", "get_attrs", "attrs", "tensors", "params", "buffers", "children", "nonpersistent", "hooks")
+
+    def __init__(self, module: nn.Module) -> None:
+        d = module.__dict__
+        self.keys = frozenset(d)
+        names = sorted(k for k in d if k not in _INTERNALS and not isinstance(d[k], torch.Tensor))
+        self.get_attrs = operator.itemgetter(*names, *names[:1]) if names else None  # always a tuple
+        self.attrs = self.get_attrs(d) if names else None
+        self.tensors = tuple((k, d[k], d[k]._version) for k in sorted(d) if isinstance(d[k], torch.Tensor))
+        self.params = dict(d["_parameters"])
+        self.buffers = dict(d["_buffers"])
+        self.children = dict(d["_modules"])
+        self.nonpersistent = frozenset(d["_non_persistent_buffers_set"])
+        self.hooks = tuple(map(len, _HOOK_DICTS(d)))
+
+    def same(self, module: nn.Module) -> bool:
+        d = module.__dict__
+        try:  # dict / tuple equality compares identical objects without calling their __eq__
+            if not (d.keys() == self.keys and d["_parameters"] == self.params and d["_buffers"] == self.buffers
+                    and d["_modules"] == self.children and tuple(map(len, _HOOK_DICTS(d))) == self.hooks
+                    and d["_non_persistent_buffers_set"] == self.nonpersistent):
+                return False
+            if self.get_attrs is not None and self.get_attrs(d) != self.attrs:
+                return False
+        except Exception:  # noqa: BLE001 - a different tensor/array compared elementwise: it was replaced
+            return False
+        return all(d[k] is t and t._version == v for k, t, v in self.tensors)
 
 
-def refcounts(model: nn.Module) -> tuple[int, ...]:
-    """Reference counts of the model's submodules (not the model itself), parameters and buffers
-    (compared with those of the freshly built model, never interpreted)."""
-    objs = [*list(model.modules())[1:], *model.parameters(), *model.buffers()]
-    return tuple(sys.getrefcount(o) for o in objs)
+class _Instance:
+    """A pooled model with its snapshot, its reference counts when new and its state-dict slots."""
+
+    __slots__ = ("model", "modules", "snapshots", "owned", "refs", "params", "flags", "slots", "custom_load")
+
+    def __init__(self, model: nn.Module) -> None:
+        self.model = model
+        self.modules = list(model.modules())
+        self.snapshots = [_ModuleSnapshot(m) for m in self.modules]
+        self.params = [p for m in self.modules for p in m.__dict__["_parameters"].values() if p is not None]
+        self.flags = list(map(_REQUIRES_GRAD, self.params))
+        self.slots = list(model.state_dict(keep_vars=True).items())
+        self.custom_load = any(m.__dict__.get("_load_state_dict_pre_hooks") or m.__dict__.get("_load_state_dict_post_hooks")
+                               or type(m)._load_from_state_dict is not nn.Module._load_from_state_dict
+                               for m in self.modules)
+        buffers = [b for m in self.modules for b in m.__dict__["_buffers"].values() if b is not None]
+        self.owned = [*self.modules[1:], *self.params, *buffers]  # what nobody else may hold on to
+        self.refs = self.refcounts()
+
+    def refcounts(self) -> list[int]:
+        return list(map(sys.getrefcount, self.owned))
+
+    def unchanged(self) -> bool:
+        mods = list(self.model.modules())
+        return (len(mods) == len(self.modules) and all(map(operator.is_, mods, self.modules))
+                and list(map(_REQUIRES_GRAD, self.params)) == self.flags
+                and all(s.same(m) for s, m in zip(self.snapshots, mods)))
+
+    def reset(self) -> None:
+        for m in self.modules:
+            m.__dict__["training"] = True
+        for p in self.params:
+            p.grad = None
 
 
 class _Entry:
-    __slots__ = ("rng", "structure", "refs", "free")
+    __slots__ = ("rng", "free")
 
-    def __init__(self, rng: torch.Tensor, struct: tuple, refs: tuple[int, ...]) -> None:
-        self.rng, self.structure, self.refs = rng, struct, refs
-        self.free: list[nn.Module] = []
+    def __init__(self, rng: torch.Tensor) -> None:
+        self.rng = rng
+        self.free: list[_Instance] = []
 
 
 class ModelPool:
     """Models by key; see the module docstring. Not thread-safe (a ClientApp process handles one message
     at a time)."""
 
-    def __init__(self, max_keys: int = 8, per_key: int = 2) -> None:
+    def __init__(self, max_keys: int = 8, per_key: int = 2, max_out: int = 8) -> None:
         self.enabled = True
-        self.max_keys, self.per_key = max_keys, per_key
+        self.max_keys, self.per_key, self.max_out = max_keys, per_key, max_out
         self._entries: dict[Any, _Entry] = {}
-        self._key_of: "weakref.WeakKeyDictionary[nn.Module, Any]" = weakref.WeakKeyDictionary()  # handed out
+        self._out: OrderedDict[int, tuple[Any, _Instance]] = OrderedDict()  # id(model) -> handed-out instance
         self.builds = 0
         self.reuses = 0
 
@@ -97,37 +139,61 @@ class ModelPool:
         """A model in its freshly built condition (weights as built or as last used: load yours)."""
         entry = self._entries.get(key) if self.enabled else None
         if entry is not None and entry.free:
-            model = entry.free.pop()
+            inst = entry.free.pop()
             torch.set_rng_state(entry.rng)
             if torch.cuda.is_available():
                 torch.cuda.manual_seed_all(seed)
-            for p in model.parameters():
-                p.grad = None
-            model.train()
             self.reuses += 1
         else:
             model = build()
             self.builds += 1
-            if self.enabled and (entry is not None or len(self._entries) < self.max_keys):
-                if entry is None:
-                    entry = self._entries[key] = _Entry(torch.get_rng_state(), structure(model), refcounts(model))
-        if self.enabled and entry is not None:
-            self._key_of[model] = key
-        return model
+            if not self.enabled or (entry is None and len(self._entries) >= self.max_keys):
+                return model
+            if entry is None:
+                entry = self._entries[key] = _Entry(torch.get_rng_state())
+            inst = _Instance(model)
+        self._out[id(inst.model)] = (key, inst)
+        while len(self._out) > self.max_out:  # never given back (its message raised): forget the oldest
+            self._out.popitem(last=False)
+        return inst.model
+
+    def load(self, model: nn.Module, params: Mapping[str, np.ndarray]) -> None:
+        """``model.load_state_dict(params, strict=True)`` for numpy ``params`` (the same copies and checks)."""
+        handed = self._out.get(id(model))
+        inst = handed[1] if handed is not None and handed[1].model is model else None
+        if inst is None or inst.custom_load or len(params) != len(inst.slots) or any(
+                name != slot[0] or tuple(np.shape(v)) != tuple(slot[1].shape)
+                for (name, v), slot in zip(params.items(), inst.slots)):
+            model.load_state_dict({k: torch.from_numpy(np.asarray(v)) for k, v in params.items()}, strict=True)
+            return
+        with torch.no_grad():
+            for (_, value), (_, tensor) in zip(params.items(), inst.slots):
+                tensor.copy_(torch.from_numpy(np.asarray(value)))
+
+    def state_items(self, model: nn.Module) -> list[tuple[str, torch.Tensor]]:
+        """``model.state_dict(keep_vars=True).items()`` (kept for a pooled model: no module walk)."""
+        handed = self._out.get(id(model))
+        if handed is not None and handed[1].model is model:
+            return handed[1].slots
+        return list(model.state_dict(keep_vars=True).items())
 
     def give_back(self, model: nn.Module) -> bool:
         """Offer a model whose message is done; True if it will be reused. The caller must hold no other
         reference to it (pass its last one) and must not use it afterwards."""
-        key = self._key_of.pop(model, None)
-        entry = self._entries.get(key) if key is not None else None
+        handed = self._out.pop(id(model), None)
+        if handed is None or handed[1].model is not model:
+            return False
+        key, inst = handed
+        del handed
+        entry = self._entries.get(key)
         if entry is None or len(entry.free) >= self.per_key:
             return False
-        # the caller's variable + this argument + getrefcount's argument
-        if sys.getrefcount(model) > 3 or refcounts(model) != entry.refs:
+        # the caller's variable, this argument, getrefcount's argument, inst.model and inst.modules[0]:
+        # anything more is a reference kept outside the handler
+        if sys.getrefcount(model) > 5 or inst.refcounts() != inst.refs or not inst.unchanged():
             return False
-        if structure(model) != entry.structure:
-            return False
-        entry.free.append(model)
+        inst.reset()
+        entry.free.append(inst)
         return True
 
 

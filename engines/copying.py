@@ -26,7 +26,7 @@ def _copy_typed(record: Any) -> Any:
             clone = Array.__new__(Array)
             clone.__dict__.update(arr.__dict__)
             data[key] = clone
-    else:
+    elif list in map(type, data.values()):  # (a C-level scan: config records have hundreds of scalars)
         for key, value in data.items():
             if isinstance(value, list):
                 data[key] = list(value)
@@ -56,7 +56,14 @@ def copy_message(msg: Message) -> Message:
     if msg.has_error():
         err = msg.error
         return Message(Error(code=err.code, reason=err.reason), metadata=meta)
-    return Message(copy_record_dict(msg.content), metadata=meta)
+    content = copy_record_dict(msg.content)
+    state = msg.__dict__
+    if state.get("_metadata") is msg.metadata and state.get("_content") is msg.content:
+        new = Message.__new__(Message)  # the constructor's checks passed for the original already
+        new.__dict__.update(state)
+        new.__dict__["_metadata"], new.__dict__["_content"] = meta, content
+        return new
+    return Message(content, metadata=meta)
 
 
 def copy_context(context: Context) -> Context:

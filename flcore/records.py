@@ -22,26 +22,33 @@ Params = "OrderedDict[str, np.ndarray]"
 # bytes are memoized: encoding is header + raw bytes, decoding a copy of the buffer after the header.
 # Both give exactly np.save's bytes and np.load's array (tests/test_engine_records.py).
 _NPY = "numpy.ndarray"
-_ENCODE_HEADERS: dict[tuple[str, tuple[int, ...]], bytes] = {}
+_ENCODE: dict[tuple[str, tuple[int, ...]], tuple[bytes, Array]] = {}
 _DECODE_HEADERS: dict[bytes, tuple[np.dtype, tuple[int, ...], bool]] = {}
 _MAX_HEADERS = 4096
 
 
 def _encode(a: np.ndarray) -> Array:
-    """Array of a C-contiguous ndarray (np.save's bytes)."""
+    """Array of a C-contiguous ndarray (np.save's bytes). The first Array of each (dtype, shape) is built
+    by Flower's constructor; later ones are copies of it with their own data (no re-validation)."""
     if a.dtype.hasobject or not a.flags.c_contiguous:
         return Array(a)
     key = (a.dtype.str, a.shape)
-    header = _ENCODE_HEADERS.get(key)
-    if header is None:
+    hit = _ENCODE.get(key)
+    if hit is None:
         buf = io.BytesIO()
         np.save(buf, a, allow_pickle=False)
         data = buf.getvalue()
-        header = data[:len(data) - a.nbytes]
-        if len(_ENCODE_HEADERS) < _MAX_HEADERS:
-            _ENCODE_HEADERS[key] = header
-        return Array(dtype=str(a.dtype), shape=tuple(a.shape), stype=_NPY, data=data)
-    return Array(dtype=str(a.dtype), shape=tuple(a.shape), stype=_NPY, data=header + memoryview(a))
+        arr = Array(dtype=str(a.dtype), shape=tuple(a.shape), stype=_NPY, data=data)
+        if len(_ENCODE) < _MAX_HEADERS:
+            _ENCODE[key] = (data[:len(data) - a.nbytes], arr)
+        return arr
+    header, proto = hit
+    arr = Array.__new__(Array)
+    arr.__dict__.update(proto.__dict__)
+    arr.__dict__.pop("_object_id", None)
+    arr.__dict__.pop("_chunks", None)
+    arr.data = header + memoryview(a)  # through Array's own setter (marks it changed)
+    return arr
 
 
 def _decode(arr: Array) -> np.ndarray:
@@ -79,7 +86,15 @@ def _decode(arr: Array) -> np.ndarray:
 
 
 def params_to_record(params: Mapping[str, np.ndarray]) -> ArrayRecord:
-    return ArrayRecord({k: _encode(np.ascontiguousarray(v)) for k, v in params.items()})
+    record = ArrayRecord()  # item by item: ArrayRecord(dict) would build every Array a second time
+    items = {str(k): _encode(np.ascontiguousarray(v)) for k, v in params.items()}
+    store = record.__dict__.get("_data")
+    if isinstance(store, dict) and not store:
+        store.update(items)  # keys are str and values Arrays by construction: ArrayRecord's checks hold
+    else:
+        for k, arr in items.items():
+            record[k] = arr
+    return record
 
 
 def record_to_params(record: ArrayRecord) -> "OrderedDict[str, np.ndarray]":

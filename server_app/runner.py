@@ -30,7 +30,7 @@ from models import build_model
 from models.evaluation import evaluate
 from server_app.checkpoint import load_checkpoint, save_checkpoint
 from server_app.outputs import resolve_out_dir
-from server_app.results import ResultsWriter, spread
+from server_app.results import WRITE_INTERVAL_S, ResultsWriter, spread
 from strategies.base import FLStrategy, RoundOutcome
 
 log = logging.getLogger("noniid_fl")
@@ -119,6 +119,7 @@ def run_federation(grid: Grid, cfg: RunConfig) -> dict[str, Any]:
     _say(f"{cfg.method} on {cfg.dataset} ({cfg.partition}), {num_clients} clients, "
          f"{cfg.num_server_rounds} rounds -> {out_dir}")
     t_rounds = time.time()
+    last_checkpoint = float("-inf")
     for rnd in range(first, cfg.num_server_rounds + 1):
         t0 = time.time()
         outcome = strategy.train_round(grid, rnd, params)
@@ -139,9 +140,11 @@ def run_federation(grid: Grid, cfg: RunConfig) -> dict[str, Any]:
         row["strategy"] = strategy.round_metrics()
         row["wall_time_s"] = time.time() - t0
         results.add_round(row)
-        if cfg.checkpoint:
+        # like results.json: after every round slower than WRITE_INTERVAL_S, and always after the last one
+        if cfg.checkpoint and (rnd == cfg.num_server_rounds or time.monotonic() - last_checkpoint >= WRITE_INTERVAL_S):
             save_checkpoint(out_dir / "checkpoint.pt", server_round=rnd, params=params,
                             strategy_state=strategy.state_dict(), rounds=results.rounds, run_config=cfg.to_dict())
+            last_checkpoint = time.monotonic()
         local = f"{row['local_accuracy']:.4f}" if row["local_accuracy"] is not None else "n/a"
         _say(f"[round {rnd}/{cfg.num_server_rounds}] G-FL acc {g_acc:.4f} loss {g_loss:.4f} | P-FL acc {local} | "
              f"{row['num_updates']}/{row['num_sampled']} updates, {row['num_failures']} failures | "

@@ -519,3 +519,76 @@ def test_unregistered_and_self_registering_nodes_are_refused_through_the_proxy(p
     assert re.search(r'"POST /v1/fleet/register-node HTTP/1.1" 412 .* listener=%d' % fed.fleet_port, lines)
     listing = json.loads(fed.flwr("supernode", "list", CONNECTION, "--format", "json").stdout)["nodes"]
     assert len(listing) in (2, 3)  # 0, 1 (+ 2 once the control test registered it); never the keyless one
+
+
+# ============================================================================ slow: images built and run
+@pytest.mark.slow
+def test_images_build_and_a_supernode_from_its_image_trains_through_the_proxy(tmp_path: Path) -> None:
+    """podman builds the three images (deploy/docker/build_local.sh: a Debian-package base replaces the
+    registry base images, which cannot be pulled here); the proxy image's nginx accepts the rendered
+    configuration; a SuperNode container (read-only root, no capabilities, uid 10001, host loopback
+    only) joins a loopback federation through the proxy and trains in a FedAvg round."""
+    for tool in ("podman", "runc", "mmdebstrap"):
+        if shutil.which(tool) is None:
+            pytest.fail(f"'{tool}' is not installed: apt-get install -y podman runc mmdebstrap (.ci/deps.sh)")
+    build = subprocess.run(["bash", str(DEPLOY / "docker" / "build_local.sh")], capture_output=True, text=True,
+                           timeout=3600, env={**os.environ, "TAG": "test"})
+    assert build.returncode == 0, build.stdout[-3000:] + build.stderr[-3000:]
+    assert [ln.split()[1] for ln in build.stdout.splitlines() if ln.startswith("built ")] == [
+        "noniid-fl/proxy:test", "noniid-fl/supernode:test", "noniid-fl/superlink:test"]
+    pod = ["podman", "--runtime", "runc"]
+    run_opts = ["--rm", "--network", "host", "--ulimit", "nofile=1024:1024", "--ulimit", "nproc=1024:1024",
+                "--read-only", "--tmpfs", "/tmp", "--cap-drop", "ALL", "--security-opt", "no-new-privileges",
+                "--no-healthcheck"]  # podman runs health checks through systemd, absent here
+    for image, cmd, want in (("supernode", ["id", "-u"], "10001"), ("superlink", ["python", "-c",
+                             "from importlib.metadata import version as v; print(v('flwr'), v('torch'))"],
+                             f"{version('flwr')} {version('torch')}")):
+        out = subprocess.run([*pod, "run", *run_opts, "--entrypoint", cmd[0], f"noniid-fl/{image}:test", *cmd[1:]],
+                             capture_output=True, text=True, timeout=300)
+        assert out.stdout.strip().splitlines()[-1] == want, out.stdout + out.stderr
+    inspect = json.loads(subprocess.run([*pod, "image", "inspect", "noniid-fl/supernode:test"], capture_output=True,
+                                        text=True, check=True).stdout)[0]
+    assert inspect["Config"]["User"] == "10001:10001"
+    assert inspect["Config"]["Entrypoint"] == ["/usr/bin/tini", "--", "/app/deploy/supernode.sh"]
+    assert inspect["Healthcheck"]["Test"] == ["CMD", "python", "/app/deploy/healthcheck.py", "supernode"]
+
+    nodes = [f"partition-id={i} num-partitions=3" for i in range(2)]
+    fed = LocalFederation(tmp_path / "fed", 2, tls=True, node_auth=True, tuned=True, proxy=True, node_configs=nodes,
+                          app_dir=snapshot_app(tmp_path / "app"))
+    container = f"noniid-fl-test-supernode-{os.getpid()}"
+    log = tmp_path / "container.log"
+    proc = None
+    try:
+        fed.start()
+        pki(fed.certs, 3)  # adds key supernode-2 for the container's node
+        for f in fed.certs.rglob("*"):  # the container runs as uid 10001
+            os.chown(f, 10001, 10001)
+        os.chown(fed.certs, 10001, 10001)
+        reg = fed.flwr("supernode", "register", str(fed.certs / "keys" / "supernode-2.pub"), fed.connection)
+        assert reg.returncode == 0, reg.stdout + reg.stderr
+        env = {"SUPERLINK": fed.fleet_address, "CA_CERT": "/certs/ca.crt", "AUTH_KEY": "/certs/keys/supernode-2",
+               "NODE_CONFIG": "partition-id=2 num-partitions=3", "RUNTIME_PORT": str(free_ports(1)[0])}
+        with open(log, "wb") as fh:
+            proc = subprocess.Popen([*pod, "run", *run_opts, "--name", container, "-v", f"{fed.certs}:/certs:ro",
+                                     *[a for k, v in env.items() for a in ("-e", f"{k}={v}")],
+                                     "noniid-fl/supernode:test"], stdout=fh, stderr=subprocess.STDOUT)
+        deadline = time.time() + 180
+        while "SuperNode ID:" not in log.read_text(errors="replace"):
+            assert proc.poll() is None and time.time() < deadline, log.read_text(errors="replace")[-3000:]
+            time.sleep(0.5)
+        fed.wait_connected()
+        health = subprocess.run([*pod, "exec", container, "python", "/app/deploy/healthcheck.py", "supernode"],
+                                capture_output=True, text=True, timeout=60)  # the image's HEALTHCHECK command
+        assert health.returncode == 0 and health.stdout.startswith("healthy: supernode"), health.stdout
+        res = fed.run({"method": "fedavg", "dataset": "digits", "num-server-rounds": 1, "min-train-nodes": 3,
+                       "federated-eval-every": 0, "round-timeout": 240.0, "out-dir": str(tmp_path / "out")},
+                      timeout=400)
+        assert res.status == "finished:completed", res.output[-3000:]
+        rnd = res.doc["rounds"][0]
+        assert rnd["sampled"] == [0, 1, 2] and rnd["num_updates"] == 3 and rnd["failures"] == []
+        assert "Receiving: train message" in log.read_text(errors="replace")
+    finally:
+        subprocess.run([*pod, "stop", "--time", "5", container], capture_output=True, timeout=60)
+        if proc is not None:
+            proc.wait(timeout=60)
+        fed.stop()

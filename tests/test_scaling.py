@@ -1,0 +1,232 @@
+"""Scaling out (issue 22): a simulation on a multi-node Ray cluster, and GPU fractions per client.
+
+Fast tests follow a client's resource request through the installed Flower: `flwr run`'s
+``--federation-config`` (parsed, merged with the federation's defaults and sent as the SimulationConfig
+protobuf, as the SuperLink receives it) and ``simulate(engine="ray")`` both end up as the options of every
+``ClientAppActor`` Flower creates, and the number of actors per GPU follows from them (no GPU needed).
+The slow test starts a 2-node Ray cluster on loopback with Ray's own ``ray.cluster_utils.Cluster``
+(1 CPU and 1 logical GPU per node, so one client actor fits on each node and both must be used), runs
+2 rounds attached to it, records on which Ray node each ClientApp call ran, and compares the results
+with a one-node run of the same seed. docs/SCALING.md describes the same steps for real machines.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import shutil
+import tempfile
+from collections import Counter
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import pytest
+import torch
+
+from experiments.simulate import simulate
+
+FEDERATION_CONFIG = "num-supernodes=10 client-resources-num-cpus=1 client-resources-num-gpus=0.1"
+
+
+def _flwr_run_backend_config(federation_config: str) -> dict[str, Any]:
+    """The backend config the simulation process of a `flwr run ... --federation-config` run builds:
+    the CLI's parsing, the SuperLink's merge over the federation defaults, the protobuf on the wire and
+    the simulation process's reading, all from the installed Flower."""
+    from flwr.common.config import parse_config_args
+    from flwr.proto.federation_config_pb2 import SimulationConfig
+    from flwr.simulation.app import _run_simulation_settings
+    from flwr.supercore.constant import DEFAULT_SIMULATION_CONFIG
+    from flwr.supercore.utils import simulation_config_from_json
+
+    parsed = parse_config_args([federation_config])
+    override = simulation_config_from_json({k.replace("-", "_"): v for k, v in parsed.items()})
+    resolved = SimulationConfig()
+    resolved.CopyFrom(DEFAULT_SIMULATION_CONFIG)
+    resolved.MergeFrom(override)
+    on_the_wire = SimulationConfig.FromString(resolved.SerializeToString())
+    num_supernodes, backend, config, _, _ = _run_simulation_settings(on_the_wire)
+    assert (num_supernodes, backend) == (10, "ray") or "num-supernodes=10" not in federation_config
+    return config
+
+
+class _RecordingActorType:
+    """Stands in for Flower's ClientAppActor: records the Ray options each actor is created with."""
+
+    created: list[dict[str, Any]] = []
+
+    @classmethod
+    def options(cls, **options: Any) -> Any:
+        cls.created.append(options)
+        return cls
+
+    @classmethod
+    def remote(cls, **kwargs: Any) -> str:
+        return f"actor-{len(cls.created)}"
+
+
+def _actors_per_node(client_resources: dict[str, Any], node: dict[str, float],
+                     monkeypatch: pytest.MonkeyPatch) -> tuple[int, list[dict[str, Any]]]:
+    """How many ClientApp actors Flower's pool puts on a node with ``node`` resources, and their options."""
+    import flwr.simulation.ray_transport.ray_actor as ray_actor
+
+    monkeypatch.setattr(ray_actor.ray, "nodes", lambda: [{"Resources": dict(node)}])
+    _RecordingActorType.created = []
+    pool = ray_actor.BasicActorPool(actor_type=_RecordingActorType, client_resources=client_resources,
+                                    actor_kwargs={})
+    pool.add_actors_to_pool(pool.actors_capacity)
+    return pool.num_actors, list(_RecordingActorType.created)
+
+
+def test_flwr_run_gpu_fraction_reaches_every_client_actor(monkeypatch: pytest.MonkeyPatch) -> None:
+    from flwr.server.superlink.fleet.vce.backend.raybackend import RayBackend
+
+    config = _flwr_run_backend_config(FEDERATION_CONFIG)
+    # the protobuf field is a float32: 0.1 arrives as 0.10000000149011612
+    assert config["client_resources"] == {"num_cpus": 1, "num_gpus": float(np.float32(0.1))}
+    assert config["client_resources"]["num_gpus"] > 0.1
+    # no init-args-num-cpus: ray.init() gets no CPU count, so it can attach to a running cluster
+    assert config["init_args"] == {"logging_level": "WARNING", "log_to_driver": True}
+    backend = RayBackend.__new__(RayBackend)  # its __init__ would start Ray; only the validation is used
+    backend.client_resources_key = "client_resources"
+    resources = backend._validate_client_resources(config)
+    n, options = _actors_per_node(resources, {"CPU": 16.0, "GPU": 1.0}, monkeypatch)
+    assert options == [{"num_cpus": 1, "num_gpus": float(np.float32(0.1))}] * n
+    # Flower sizes the pool as int(GPUs / fraction) per node: the float32 rounding makes that 9, not 10
+    assert n == 9
+    fixed = _flwr_run_backend_config("num-supernodes=10 client-resources-num-cpus=1 client-resources-num-gpus=0.0999")
+    assert _actors_per_node(fixed["client_resources"], {"CPU": 16.0, "GPU": 1.0}, monkeypatch)[0] == 10
+    # CPUs bound the pool too; a node without a GPU gets no actor that asks for one
+    assert _actors_per_node(resources, {"CPU": 4.0, "GPU": 1.0}, monkeypatch)[0] == 4
+    assert _actors_per_node(resources, {"CPU": 4.0, "GPU": 2.0}, monkeypatch)[0] == 4
+    with pytest.raises(ValueError, match="ActorPool is empty"):
+        _actors_per_node(resources, {"CPU": 16.0}, monkeypatch)
+
+
+def test_flwr_run_federation_config_takes_whole_cpus_only() -> None:
+    with pytest.raises(TypeError):  # client_resources_num_cpus is a uint32 in Flower's protobuf
+        _flwr_run_backend_config("num-supernodes=2 client-resources-num-cpus=0.5")
+
+
+class _Captured(Exception):
+    pass
+
+
+def test_simulate_hands_gpu_fraction_and_cluster_address_to_flower(monkeypatch: pytest.MonkeyPatch,
+                                                                    tmp_path: Path) -> None:
+    import engines.ray
+
+    seen: dict[str, Any] = {}
+
+    def fake_run_simulation(**kwargs: Any) -> None:
+        seen.update(kwargs)
+        raise _Captured
+
+    monkeypatch.setattr(engines.ray, "run_simulation", fake_run_simulation)
+    cfg = {"dataset": "digits", "num-server-rounds": 1, "out-dir": str(tmp_path)}
+    with pytest.raises(_Captured):
+        simulate(cfg, num_supernodes=10, engine="ray", cpus_per_client=1, gpus_per_client=0.1,
+                 ray_address="10.0.0.1:6379")
+    backend = seen["backend_config"]
+    assert seen["num_supernodes"] == 10
+    assert backend["client_resources"] == {"num_cpus": 1, "num_gpus": 0.1}  # a Python float: exactly 0.1
+    assert backend["init_args"]["address"] == "10.0.0.1:6379" and "num_cpus" not in backend["init_args"]
+    # through simulate() the fraction is not rounded: 10 actors share one GPU
+    assert _actors_per_node(backend["client_resources"], {"CPU": 16.0, "GPU": 1.0}, monkeypatch)[0] == 10
+    with pytest.raises(_Captured):
+        simulate(cfg, num_supernodes=3, engine="ray", total_cpus=2)
+    assert seen["backend_config"]["init_args"]["num_cpus"] == 2 and "address" not in seen["backend_config"]["init_args"]
+    with pytest.raises(ValueError, match="total_cpus cannot be combined with ray_address"):
+        simulate(cfg, num_supernodes=3, engine="ray", total_cpus=2, ray_address="10.0.0.1:6379")
+
+
+# ============================================================================ slow: a 2-node Ray cluster
+class PlacementRecorder:
+    """Wraps the ClientApp inside the Ray actors: appends (Ray node id, pid, assigned resources, client,
+    message type) of every call to ``<log_dir>/<pid>.jsonl``, then runs the real ClientApp."""
+
+    def __init__(self, inner: Any, log_dir: str) -> None:
+        self.inner, self.log_dir = inner, log_dir
+
+    def __call__(self, message: Any, context: Any) -> Any:
+        import ray
+
+        rt = ray.get_runtime_context()
+        row = {"node": rt.get_node_id(), "pid": os.getpid(), "resources": rt.get_assigned_resources(),
+               "cid": int(context.node_config["partition-id"]), "type": message.metadata.message_type}
+        with open(os.path.join(self.log_dir, f"{os.getpid()}.jsonl"), "a") as fh:
+            fh.write(json.dumps(row) + "\n")
+        return self.inner(message=message, context=context)
+
+
+def _without_times(value: Any) -> Any:
+    """The results document minus wall-clock fields (the only part two runs of one seed may differ in)."""
+    if isinstance(value, dict):
+        return {k: _without_times(v) for k, v in value.items() if "time" not in k}
+    if isinstance(value, list):
+        return [_without_times(v) for v in value]
+    return value
+
+
+def _ray_processes_under(root: str) -> list[int]:
+    """PIDs of live processes whose command line mentions ``root`` (the cluster's private temp dir)."""
+    found = []
+    for entry in os.listdir("/proc"):
+        if entry.isdigit():
+            try:
+                cmd = Path(f"/proc/{entry}/cmdline").read_bytes().replace(b"\0", b" ").decode(errors="replace")
+            except OSError:
+                continue
+            if root in cmd:
+                found.append(int(entry))
+    return found
+
+
+@pytest.mark.slow
+def test_two_node_ray_cluster_trains_on_both_nodes_like_one_node(tmp_path: Path,
+                                                                  monkeypatch: pytest.MonkeyPatch) -> None:
+    from ray.cluster_utils import Cluster
+
+    import client_app.app
+
+    # A private, short Ray temp dir: the cluster's address file (ray_current_cluster) and sockets stay out
+    # of /tmp/ray, so no other Ray user on this machine attaches to this cluster by accident.
+    ray_tmp = tempfile.mkdtemp(prefix="rc", dir="/tmp")
+    monkeypatch.setenv("RAY_TMPDIR", ray_tmp)
+    cfg = {"dataset": "digits", "num-server-rounds": 2, "seed": 5, "device": "cpu", "federated-eval-every": 1}
+    try:
+        one = simulate({**cfg, "out-dir": str(tmp_path / "one-node")}, num_supernodes=4, engine="ray",
+                       total_cpus=2, cpus_per_client=1)
+        # head on 127.0.0.2, worker on 127.0.0.1 (both loopback): ray.init() rewrites an address of
+        # 127.0.0.1 to the machine's outward IP, so the head must listen on another loopback address
+        cluster = Cluster(initialize_head=True, head_node_args={
+            "num_cpus": 1, "num_gpus": 1, "node_ip_address": "127.0.0.2", "include_dashboard": False})
+        try:
+            cluster.add_node(num_cpus=1, num_gpus=1, node_ip_address="127.0.0.1")
+            nodes = {cluster.head_node.node_id, *(n.node_id for n in cluster.worker_nodes)}
+            calls = tmp_path / "calls"
+            calls.mkdir()
+            monkeypatch.setattr(client_app.app, "app", PlacementRecorder(client_app.app.app, str(calls)))
+            two = simulate({**cfg, "out-dir": str(tmp_path / "cluster")}, num_supernodes=4, engine="ray",
+                           cpus_per_client=1, gpus_per_client=0.5, ray_address=cluster.address)
+        finally:
+            cluster.shutdown()
+        assert _ray_processes_under(ray_tmp) == []
+    finally:
+        shutil.rmtree(ray_tmp, ignore_errors=True)
+
+    rows = [json.loads(line) for f in calls.glob("*.jsonl") for line in f.read_text().splitlines()]
+    assert len(nodes) == 2 and {r["node"] for r in rows} == nodes
+    per_node = Counter((r["node"], r["type"]) for r in rows)
+    for node in nodes:  # both nodes trained clients (and answered the other message types)
+        assert per_node[(node, "train")] >= 1
+    assert sum(n for (_, t), n in per_node.items() if t == "train") == 2 * 4
+    # one actor per node (1 CPU each), and each asked for the configured share of its node's GPU
+    assert len({(r["node"], r["pid"]) for r in rows}) == 2
+    assert all(r["resources"] == {"CPU": 1.0, "GPU": 0.5} for r in rows)
+
+    assert _without_times(two["rounds"]) == _without_times(one["rounds"])
+    assert all(r["num_updates"] == 4 and r["failures"] == [] for r in two["rounds"])
+    a = torch.load(tmp_path / "one-node" / "final_model.pt")  # {parameter name: tensor}
+    b = torch.load(tmp_path / "cluster" / "final_model.pt")
+    assert a.keys() == b.keys() and all(torch.equal(a[k], b[k]) for k in a)
