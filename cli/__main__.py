@@ -1,5 +1,5 @@
 """``python -m cli`` is ``noniid-fl``."""
 
-from cli.main import main
+from cli.main import console
 
-raise SystemExit(main())
+console()

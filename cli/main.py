@@ -3,6 +3,8 @@
 from __future__ import annotations
 
 import argparse
+import logging
+import os
 import sys
 import traceback
 
@@ -74,3 +76,16 @@ def main(argv: list[str] | None = None) -> int:
         return 2
     except BrokenPipeError:  # `noniid-fl config | head`
         return 0
+
+
+def console() -> None:
+    """The ``noniid-fl`` entry point: :func:`main`, then exit. After a failed or interrupted run the process
+    exits without waiting for threads the engine may have left behind (Flower's ServerApp thread can wait
+    round-timeout for clients of a crashed engine); the outputs and the log are flushed first."""
+    code = main()
+    if code not in (0, 2):
+        logging.shutdown()
+        sys.stdout.flush()
+        sys.stderr.flush()
+        os._exit(code)
+    sys.exit(code)

@@ -33,6 +33,7 @@ setsid "$(dirname "$flwr_bin")/flower-superlink" --insecure --simulation --isola
   --control-api-address "127.0.0.1:$control_port" --host 127.0.0.1 --port "$http_port" \
   --database "$work/state.db" >"$work/superlink.log" 2>&1 &
 link=$!
+echo "run_local.sh: SuperLink pid $link on 127.0.0.1:$http_port (stopped when this script ends)"
 stop_superlink() {
   kill -TERM -- "-$link" 2>/dev/null || true
   for _ in $(seq 1 40); do kill -0 "$link" 2>/dev/null || break; sleep 0.5; done

@@ -1,7 +1,9 @@
 """The ServerApp: pre-flight checks on the run config, then hand over to the round driver.
 
-The checks are the ones ``noniid-fl run`` makes (server_app/preflight.py): a bad config is refused before round
-1 with one log line naming the key, the bad value and what is allowed (then Flower marks the run failed).
+The checks are the ones ``noniid-fl run`` makes (server_app/preflight.py) but the device (in a deployment the
+clients' GPUs are theirs: each client refuses ``device='cuda'`` without CUDA at registration): a bad config is
+refused before round 1 with one log line naming the key, the bad value and what is allowed (then Flower marks
+the run failed).
 """
 
 from __future__ import annotations
@@ -23,7 +25,7 @@ log = logging.getLogger("flwr")
 @app.main()
 def main(grid: Grid, context: Context) -> None:
     try:
-        cfg = check(dict(context.run_config))
+        cfg = check(dict(context.run_config), clients_here=False)
     except ConfigError as exc:
         log.error("noniid-fl: refused before round 1: %s", exc)
         raise ConfigError(str(exc)) from None

@@ -36,13 +36,18 @@ WHY = {"convnet": "its two 2x2 max-pools", "resnet18": "its three stride-2 stage
 GPU_DRIVER_FILES = ("/dev/nvidiactl", "/dev/nvidia0", "/proc/driver/nvidia", "/dev/kfd")
 
 
-def check(values: Mapping[str, Any], num_nodes: int | None = None) -> RunConfig:
-    """The parsed run config of ``values`` (out-dir "" resolved, see server_app/outputs.py), or ConfigError."""
+def check(values: Mapping[str, Any], num_nodes: int | None = None, clients_here: bool = True) -> RunConfig:
+    """The parsed run config of ``values`` (out-dir "" resolved, see server_app/outputs.py), or ConfigError.
+
+    ``clients_here``: the clients train on this machine (the command line), so ``device`` is checked here;
+    the ServerApp passes False: in a deployment the SuperLink's host need not have the clients' GPU (each
+    client refuses ``device='cuda'`` without CUDA itself, at registration, naming the key)."""
     _check_method_name(values)
     cfg = RunConfig.from_dict(values)
     cfg = cfg.replace(out_dir=resolve_out_dir(cfg.to_dict())["out-dir"])
     check_model(cfg)
-    check_device(cfg)
+    if clients_here:
+        check_device(cfg)
     check_dataset_files(cfg)
     check_resume(cfg)
     check_out_dir(cfg)

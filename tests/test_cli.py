@@ -162,3 +162,13 @@ def test_help(tmp_path, command):
     if command == ["run"]:
         for flag in ("--nodes", "-c", "--engine", "--workers", "--overwrite", "--verbose", "Exit codes"):
             assert flag in proc.stdout
+
+
+def test_readme_set_up_commands_come_first_and_the_test_command_is_cis():
+    readme = (ROOT / "README.md").read_text()
+    blocks = re.findall(r"```bash\n(.*?)```", readme, flags=re.S)
+    assert blocks[0].splitlines()[-1] == "noniid-fl run" and 'pip install -e ".[test]"' in blocks[0]
+    ci = (ROOT / ".ci" / "run").read_text().strip().splitlines()
+    test_block = blocks[1].strip().splitlines()
+    assert test_block == ci[-len(test_block):] and test_block[-1].startswith("pytest")
+    assert "pkill" not in readme and "killall" not in readme

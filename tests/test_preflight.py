@@ -164,3 +164,13 @@ def test_server_app_refuses_before_round_1_naming_the_key(tmp_path, caplog):
     refused = [r.getMessage() for r in caplog.records if "refused before round 1" in r.getMessage()]
     assert len(refused) == 1 and "'model' got 'vgg11'" in refused[0]
     assert not out.exists()
+
+
+def test_the_server_app_leaves_the_device_to_the_clients(tmp_path, monkeypatch):
+    """A deployment's SuperLink host need not have the clients' GPU: only the command line (clients on this
+    machine) refuses device='cuda' up front."""
+    monkeypatch.setattr(pf, "GPU_DRIVER_FILES", (str(tmp_path / "no-driver"),))
+    values = resolve_run_config({"device": "cuda", "out-dir": str(tmp_path / "out")})
+    assert pf.check(values, clients_here=False).device == "cuda"
+    with pytest.raises(ConfigError, match="'device' got 'cuda'"):
+        pf.check(values)

@@ -1,0 +1,135 @@
+"""Exit codes and outputs of real runs (issue 18): `noniid-fl run` in a subprocess (in-process engine and Ray),
+`scripts/run_local.sh` (its own SuperLink, stopped by pid) and `flwr run . local` refusing a bad config in the
+ServerApp before round 1 with the key in the streamed log."""
+
+from __future__ import annotations
+
+import json
+import os
+import re
+import signal
+import socket
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import pytest
+
+ROOT = Path(__file__).resolve().parent.parent
+JOB = "dataset='digits' num-server-rounds=2 batch-size=16 federated-eval-every=0"
+FAIL = "max-update-norm=1e-9 round-retries=0"  # every client's update is rejected: round 1 fails
+pytestmark = pytest.mark.slow
+
+
+def _env(tmp_path: Path) -> dict[str, str]:
+    return {**os.environ, "PYTHONPATH": str(ROOT), "OMP_NUM_THREADS": "1",
+            "FLWR_HOME": str(tmp_path / "flwr"), "FLWR_DISABLE_RUNTIME_DEPENDENCY_INSTALLATION": "1",
+            "PATH": f"{Path(sys.executable).parent}{os.pathsep}{os.environ.get('PATH', '')}"}
+
+
+def cli(tmp_path: Path, *args: str) -> subprocess.CompletedProcess:
+    return subprocess.run([sys.executable, "-m", "cli", "run", "--nodes", "3", *args], cwd=tmp_path,
+                          env=_env(tmp_path), capture_output=True, text=True, timeout=600)
+
+
+def test_noniid_fl_run_outputs_and_exit_codes(tmp_path):
+    first = cli(tmp_path, "-c", JOB)
+    assert first.returncode == 0, first.stdout[-2000:] + first.stderr[-2000:]
+    latest = tmp_path / "runs" / "latest"
+    run_a = latest.resolve()
+    assert latest.is_symlink() and run_a.name.startswith("fedavg-") and run_a.parent == tmp_path / "runs"
+    doc = json.loads((run_a / "results.json").read_text())
+    assert len(doc["rounds"]) == 2 and doc["run_config"]["engine"] == "inprocess"
+    assert "[round 2/2]" in first.stdout and "ETA 0.0s" in first.stdout and "noniid-fl: run complete" in first.stdout
+    assert "[round 2/2]" in (run_a / "run.log").read_text()
+
+    again = cli(tmp_path, "-c", f"{JOB} out-dir='{run_a}'")  # another run into a finished run's directory
+    assert again.returncode == 2 and "'out-dir'" in again.stderr and "--overwrite" in again.stderr
+    mtime = (run_a / "results.json").stat().st_mtime
+    over = cli(tmp_path, "--overwrite", "-c", f"{JOB} out-dir='{run_a}' lr=0.2")
+    assert over.returncode == 0, over.stderr[-2000:]
+    redo = json.loads((run_a / "results.json").read_text())
+    assert redo["run_config"]["lr"] == 0.2 and (run_a / "results.json").stat().st_mtime > mtime
+
+    failed = cli(tmp_path, "-c", f"{JOB} {FAIL}")
+    assert failed.returncode == 1
+    run_b = latest.resolve()
+    assert run_b != run_a  # runs/latest follows the newest run
+    tail = failed.stdout.strip().splitlines()[-2:]
+    assert tail[0].startswith("noniid-fl: run failed") and "RoundFailed" in tail[0]
+    assert tail[1] == f"traceback in {run_b / 'run.log'}" and "Traceback" not in failed.stdout + failed.stderr
+    assert "Traceback" in (run_b / "run.log").read_text()
+
+
+def test_noniid_fl_run_on_ray(tmp_path):
+    proc = cli(tmp_path, "--engine", "ray", "-c", f"{JOB} out-dir='{tmp_path / 'ray'}'")
+    assert proc.returncode == 0, proc.stdout[-2000:] + proc.stderr[-2000:]
+    doc = json.loads((tmp_path / "ray" / "results.json").read_text())
+    assert doc["run_config"]["engine"] == "ray" and len(doc["rounds"]) == 2
+
+
+def _gone(text: str) -> bool:
+    """The SuperLink run_local.sh reported (``SuperLink pid N``) and its process group no longer exist."""
+    m = re.search(r"run_local.sh: SuperLink pid (\d+)", text)
+    assert m, text[-2000:]
+    try:
+        os.killpg(int(m.group(1)), 0)
+    except ProcessLookupError:
+        return not Path(f"/proc/{m.group(1)}").exists()
+    return False
+
+
+def run_local_sh(tmp_path: Path, overrides: str) -> subprocess.CompletedProcess:
+    return subprocess.run([str(ROOT / "scripts" / "run_local.sh"), "3", overrides], cwd=tmp_path, env=_env(tmp_path),
+                          capture_output=True, text=True, timeout=600)
+
+
+def test_run_local_sh_exit_codes_and_cleanup(tmp_path):
+    t0 = time.time()
+    bad = run_local_sh(tmp_path, "lr=inf")
+    assert bad.returncode == 2 and "'lr' got inf" in bad.stderr and time.time() - t0 < 10
+    ok = run_local_sh(tmp_path, f"{JOB} out-dir='{tmp_path / 'ok'}'")
+    assert ok.returncode == 0, ok.stdout[-3000:] + ok.stderr[-3000:]
+    assert len(json.loads((tmp_path / "ok" / "results.json").read_text())["rounds"]) == 2
+    assert _gone(ok.stdout)  # its SuperLink (and children) stopped
+    failed = run_local_sh(tmp_path, f"{JOB} {FAIL} out-dir='{tmp_path / 'failed'}'")
+    assert failed.returncode == 1, failed.stdout[-3000:]
+    assert "RoundFailed" in failed.stdout and "the run did not complete" in failed.stderr
+    assert _gone(failed.stdout)
+
+
+def _free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+def test_flwr_run_refuses_in_the_server_app_before_round_1(tmp_path):
+    """`flwr run .` with a config the declarations accept but the pre-flight does not (vgg11 on 8x8 digits):
+    the ServerApp refuses at its start, naming the key in the streamed log; no round runs."""
+    env = _env(tmp_path)
+    port, control = _free_port(), _free_port()
+    env.update(FLWR_LOCAL_SUPERLINK_HTTP_API_PORT=str(port), FLWR_LOCAL_CONTROL_API_PORT=str(control))
+    (tmp_path / "flwr").mkdir()
+    link = subprocess.Popen(["flower-superlink", "--insecure", "--simulation", "--isolation", "subprocess",
+                             "--control-api-address", f"127.0.0.1:{control}", "--host", "127.0.0.1", "--port",
+                             str(port), "--database", str(tmp_path / "link.db")],
+                            env=env, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, start_new_session=True)
+    try:
+        deadline = time.time() + 300
+        while time.time() < deadline:
+            with socket.socket() as s:
+                if s.connect_ex(("127.0.0.1", port)) == 0:
+                    break
+            time.sleep(0.5)
+        proc = subprocess.run(["flwr", "run", ".", "local", "--stream", "--federation-config",
+                               "num-supernodes=2 client-resources-num-cpus=1", "-c",
+                               f"{JOB} model='vgg11' out-dir='{tmp_path / 'out'}'"],
+                              cwd=ROOT, env=env, capture_output=True, text=True, timeout=600)
+    finally:
+        os.killpg(link.pid, signal.SIGTERM)
+        link.wait(timeout=60)
+    log = proc.stdout + proc.stderr
+    assert "noniid-fl: refused before round 1: run-config key 'model' got 'vgg11'" in log, log[-3000:]
+    assert "[round " not in log and not (tmp_path / "out").exists()
