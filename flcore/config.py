@@ -96,8 +96,8 @@ class CommonConfig(Section):
     update_norm_factor: float = param(10.0, "with 3 or more updates in a round, an update whose norm exceeds "
                                             "this multiple of the round's median update norm is rejected "
                                             "(0 = off)", ge=0)
-    federated_eval_every: int = param(1, "evaluate the global model on the clients every N rounds (0 = only "
-                                         "at the end)", ge=0)
+    federated_eval_every: int = param(1, "evaluate the global model on the clients every N rounds and after "
+                                         "the last one (0 = never)", ge=0)
     federated_eval_clients: int = param(0, "evaluate on a fixed seeded sample of M clients (0 = all)", ge=0)
     target_accuracy: float = param(0.8, "accuracy for the rounds-to-target metric", ge=0, le=1)
 

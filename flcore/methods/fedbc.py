@@ -47,7 +47,7 @@ class FedBCConfig(Section):
         return self.lambda_max if self.lambda_max > 0 else None
 
 
-PAPER = "FedBC (seed 001): federated learning beyond consensus"
+PAPER = "FedBC: calibrating global and local models via FL beyond consensus"
 STRATEGY = "strategies.fedbc:FedBCStrategy"
 PAYLOAD = Payload(config=(LAMBDA_KEY, GAMMA_KEY), metrics=(SQ_DIST, LAMBDA_KEY, GAMMA_KEY, LOCAL_ACC))
 METHODS = [

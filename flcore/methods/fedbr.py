@@ -56,6 +56,6 @@ class FedBRConfig(Section):
 
 
 METHODS = [MethodDecl(
-    "fedbr", "FedBR (seed 003): local learning bias reduction", "strategies.fedbr:FedBRStrategy",
+    "fedbr", "FedBR: local learning bias reduction (Guo, Tang and Lin, ICML 2023)", "strategies.fedbr:FedBRStrategy",
     "client_app.trainers.fedbr:FedBRTrainer", config=FedBRConfig, model_hook="models.extras:add_fedbr_projection",
     payload=Payload(metrics=("fedbr-max-con-loss", "fedbr-con-loss", "fedbr-pseudo-ce"), state=(STATE_KEY,)))]

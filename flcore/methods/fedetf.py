@@ -29,7 +29,7 @@ class FedETFConfig(Section):
                                        "during training (train)", choices=GMV_FEATURES, old="fedetf-gmv-features")
 
 
-PAPER = "Neural-collapse FL (seed 004): fixed ETF classifier + global memory vectors"
+PAPER = "Huang et al., Neural Collapse Inspired FL with Non-iid Data (fixed ETF classifier + memory vectors)"
 PAYLOAD = Payload(config=(ACTIVE_KEY, REPORT_KEY), records=(MEMORY_RECORD,), reply_records=(MEANS_RECORD,),
                   metrics=("gmv-active",))
 STRATEGY = "strategies.fedetf:FedETFStrategy"

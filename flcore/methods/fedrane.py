@@ -54,7 +54,7 @@ class FedRANEConfig(Section):
                                       old="gne-degenerate-tol")
 
 
-PAPER = "FedRANE (seed 000): relational augmentation + Nash-equilibrium aggregation"
+PAPER = "Liao et al. 2023, arXiv 2308.11646 (FedRANE: local relational augmentation + global Nash equilibrium)"
 GNE = "strategies.fedrane:GNEStrategy"
 LRA = "client_app.trainers.fedrane:LRATrainer"
 NECK = "models.lra:add_lra_neck"
