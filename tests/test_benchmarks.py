@@ -134,3 +134,50 @@ def test_exchange_clock_records_every_exchange_of_an_in_process_run(tmp_path):
     assert calls[0]["bytes_sent"] == 0 and all(c["bytes_sent"] == 3 * model_bytes for c in calls[1:])
     assert [c["bytes_received"] for c in calls[1:]] == [3 * model_bytes, 0] * 2   # evaluate sends no model back
     assert driver.exchange is ex.exchange                                          # unwrapped afterwards
+
+
+def test_bench_overhead_set_parses_typed_run_config_overrides():
+    from benchmarks.bench_overhead import overrides
+
+    assert overrides(["checkpoint=false", "lr=0.1", "local-epochs=2", "method=fedprox", "x=TRUE"]) == {
+        "checkpoint": False, "lr": 0.1, "local-epochs": 2, "method": "fedprox", "x": True}
+    with pytest.raises(SystemExit, match="key=value"):
+        overrides(["checkpoint"])
+
+
+def test_deployment_task_lines_give_per_task_medians(tmp_path):
+    from benchmarks.bench_deployment import task_times
+
+    (tmp_path / "supernode-0.log").write_text(
+        "INFO [flwr_tuned] flwr-clientapp (pid 11) exited 0 after 1.50s wall, 0.40s CPU\n"
+        "INFO [flwr_tuned] flwr-serverapp (pid 12) exited 0 after 30.00s wall, 9.00s CPU\n"
+        "INFO [flwr_tuned] flwr-clientapp (pid 13) exited 0 after 2.50s wall, 0.60s CPU\n")
+    (tmp_path / "supernode-1.log").write_text("flwr-clientapp (pid 21) exited 1 after 0.50s wall, 0.20s CPU\n")
+    assert task_times(tmp_path) == {"clientapp_tasks": 3, "clientapp_wall_median_s": 1.5, "clientapp_cpu_median_s": 0.4}
+    assert task_times(tmp_path / "nothing") == {}
+
+
+def test_report_engine_targets_use_the_best_of_the_repeats():
+    from benchmarks.report import engine_targets
+    from benchmarks.stats import summary
+
+    def cfg(workers, plain, inproc, flower):
+        """A bench_overhead config summary from per-repeat seconds per round (wall = CPU here)."""
+        times = {"plain": plain, "inprocess": inproc, "flower": flower}
+        out = {"workers": workers}
+        for name, xs in times.items():
+            out[f"{name}.per_round_s"] = out[f"{name}.cpu_per_round_s"] = summary(xs)
+        for name in ("inprocess", "flower"):
+            out[f"{name}/plain"] = out[f"{name}/plain cpu"] = summary([a / b for a, b in zip(times[name], plain)])
+        return out
+
+    ov = {"configs": [cfg(1, [5.0, 5.2, 5.1], [5.3, 5.6, 5.4], [5.6, 5.7, 5.8]),
+                      cfg(2, [3.0, 3.1, 3.2], [2.9, 3.2, 3.0], [4.0, 4.1, 4.2])]}
+    ovs = {"configs": [cfg(1, [0.02, 0.021, 0.02], [0.03, 0.031, 0.029], [0.2, 0.2, 0.21])]}
+    rows, lines = engine_targets(ov, ovs, {"mnist-5k": None, "digits": None}, None, None)
+    verdicts = {r[0]: r[-1] for r in rows}
+    assert verdicts["engine / plain loop, mnist-5k ConvNet, 10 clients"] == "**met**"        # 5.3 / 5.0 = 1.06
+    assert verdicts["engine / plain loop, digits MLP, 10 clients"] == "**not met**"          # 0.029 / 0.02 = 1.45
+    assert verdicts["2 worker processes vs 1, mnist-5k (throughput)"] == "**met**"           # 5.3 / 2.9 = 1.83
+    assert "1.060 wall" in rows[0][2] and "1.83x best of 3" in rows[2][2]
+    assert len(lines) == 3 and all(line.startswith("- ") for line in lines)

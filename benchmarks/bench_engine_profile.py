@@ -1,0 +1,138 @@
+"""Where the in-process engine's overhead goes: the digits job with the learning taken out.
+
+The client's local training and its two local evaluations are replaced by stubs (in the ClientApp's
+trainer and in the plain loop alike), so what remains per round is everything *but* learning: in the
+plain loop sampling, model loading, parameter copies, the shuffling generator, averaging and the
+server's global evaluation; in the engine additionally messages, records, copies, the ClientApp glue,
+update validation, results and checkpoints. The difference is the engine's overhead per round in CPU
+time (best of ``--repeats``). A cProfile run (CPU clock) of the engine then splits its time by the code
+it is spent in (this package's engines/, the ClientApp, records, the strategy and round driver, the
+results writer, Flower, torch, numpy); profiling inflates Python-heavy code, so the split is read as
+shares, applied to the measured unprofiled total.
+
+    python -m benchmarks.bench_engine_profile [--dataset digits] [--rounds 30] [--repeats 3]
+"""
+
+from __future__ import annotations
+
+import argparse
+import cProfile
+import os
+import pstats
+import tempfile
+import time
+from types import SimpleNamespace
+
+os.environ.setdefault("OMP_NUM_THREADS", "1")
+
+import torch  # noqa: E402
+
+# (label, path fragment, function): inclusive CPU of these calls in the profiled engine run. They nest
+# (the ClientApp call contains the pool, records and trainer lines), so they are read one by one.
+ENTRIES = (("ClientApp call (all client-side work)", "clientapp/client_app.py", "__call__"),
+           ("  model pool: get + strict load + check", "client_app/model_pool.py", None),
+           ("  run config lookup", "client_app/app.py", "_config"),
+           ("  client data lookup", "client_app/app.py", "load_client_data"),
+           ("  trainer: stubbed learning + reply parameters", "client_app/trainers/base.py", "run"),
+           ("  metrics record (Flower's validation)", "flwr/app/message/metricrecord.py", "__init__"),
+           ("boundary copies (engine)", "engines/copying.py", None),
+           ("parameters -> records (both sides)", "flcore/records.py", "params_to_record"),
+           ("records -> parameters (both sides)", "flcore/records.py", "record_to_params"),
+           ("server: messages (train_content)", "strategies/", "train_content"),
+           ("server: collect + validate updates", "strategies/", "collect_updates"),
+           ("server: aggregate", "strategies/", "aggregate"),
+           ("method lookup (flcore/registry.get_method)", "flcore/registry.py", "get_method"),
+           ("results.json rows + writes", "server_app/results.py", "add_round"),
+           ("checkpoints", "server_app/checkpoint.py", "save_checkpoint"))
+
+
+def stub_learning() -> None:
+    """Local training and evaluation do nothing (in the ClientApp's trainer and in the plain loop)."""
+    import benchmarks.plain_loop as plain
+    import client_app.trainers.base as base
+
+    def no_train(*args, **kwargs):
+        return SimpleNamespace(mean_loss=0.0, steps=1, num_examples=0, loss_sum=0.0, extra={})
+
+    def no_eval(*args, **kwargs):
+        return 0.0, 0.0
+
+    base.local_train, base.evaluate = no_train, no_eval
+    plain.local_train = no_train
+    plain.evaluate = no_eval  # (the server's global evaluation is stubbed in both as well)
+    import server_app.runner as runner
+    if hasattr(runner, "evaluate"):
+        runner.evaluate = no_eval
+
+
+def per_round_cpu(fn) -> float:
+    ends: list[float] = []
+    fn(lambda: ends.append(time.process_time()))
+    return (ends[-1] - ends[0]) / (len(ends) - 1)
+
+
+def main() -> None:
+    from benchmarks.bench_overhead import workload
+    from benchmarks.harness import machine, round_clock, write_result
+    from benchmarks.plain_loop import plain_fedavg
+    from engines.local import run_local
+
+    ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    ap.add_argument("--dataset", default="digits")
+    ap.add_argument("--clients", type=int, default=10)
+    ap.add_argument("--rounds", type=int, default=60)
+    ap.add_argument("--repeats", type=int, default=3)
+    ap.add_argument("--name", default="engine_profile")
+    args = ap.parse_args()
+    torch.set_num_threads(1)
+    stub_learning()
+
+    def engine(tick, tmp):
+        with round_clock() as lines:
+            cfg = {**workload(args.rounds, tmp, args.dataset, 0), "overwrite": True}
+            import server_app.runner as runner
+            say = runner._say
+            runner._say = lambda text: (tick() if text.startswith("[round ") else None)
+            try:
+                run_local(cfg, args.clients)
+            finally:
+                runner._say = say
+        del lines
+
+    def plain(tick, tmp):
+        plain_fedavg(workload(args.rounds, tmp, args.dataset, 0), args.clients, on_round=lambda r, t: tick())
+
+    plain_s, engine_s = [], []
+    with tempfile.TemporaryDirectory(prefix="bench_profile_") as tmp:
+        for _ in range(args.repeats):
+            plain_s.append(per_round_cpu(lambda tick: plain(tick, tmp)))
+            engine_s.append(per_round_cpu(lambda tick: engine(tick, tmp)))
+        prof = cProfile.Profile(time.process_time)
+        prof.enable()
+        engine(lambda: None, tmp)
+        prof.disable()
+    stats = pstats.Stats(prof).stats  # (file, line, fn) -> (cc, nc, tottime, cumtime, callers)
+    run_total = max(v[3] for v in stats.values())
+    profile = {}
+    for label, path, fn in ENTRIES:
+        if fn is None:  # every function of that file called from outside it: sum their inclusive times
+            cum = sum(v[3] for (p, _, name), v in stats.items()
+                      if path in p.replace("\\", "/") and not any(path in c[0] for c in v[4]))
+        else:
+            cum = sum(v[3] for (p, _, name), v in stats.items() if path in p.replace("\\", "/") and name == fn
+                      and not any(path in c[0] and c[2] == fn for c in v[4]))
+        profile[label] = cum / run_total
+    overhead = min(engine_s) - min(plain_s)
+    out = {"machine": machine(), "args": vars(args), "plain_cpu_per_round_s": plain_s, "engine_cpu_per_round_s": engine_s,
+           "overhead_cpu_per_round_s": overhead, "overhead_per_client_us": overhead / args.clients * 1e6,
+           "profile_share_of_run": profile, "loadavg_after": list(os.getloadavg())}
+    print(f"learning stubbed, CPU per round (best of {args.repeats}): plain {min(plain_s) * 1e3:.2f} ms, engine "
+          f"{min(engine_s) * 1e3:.2f} ms -> engine overhead {overhead * 1e3:.2f} ms per round "
+          f"({out['overhead_per_client_us']:.0f} us per client)")
+    for k, v in profile.items():
+        print(f"  {v * 100:5.1f}%  {k}")
+    print(f"wrote {write_result(args.name, out)}")
+
+
+if __name__ == "__main__":
+    main()
