@@ -28,6 +28,7 @@ from __future__ import annotations
 
 import logging
 import multiprocessing as mp
+import os
 import pickle
 import signal
 import threading
@@ -64,10 +65,24 @@ def unpack_context(payload: bytes, shared_run_config: dict[str, Any]) -> Context
                    run_config=shared_run_config if rc is None else rc, series_id=series_id)
 
 
+def _exit_with_parent(interval: float = 1.0) -> None:
+    """End this worker when the driver process is gone (killed without a chance to stop its workers)."""
+    parent = os.getppid()
+
+    def watch() -> None:
+        while True:
+            time.sleep(interval)
+            if os.getppid() != parent:
+                os._exit(0)
+
+    threading.Thread(target=watch, name="engine-parent-watch", daemon=True).start()
+
+
 def _worker_main(index: int, tasks: Any, results: Connection, app_ref: str | ClientAppFn, torch_threads: int,
                  run_config: dict[str, Any]) -> None:
     """Serve tasks until "stop": adopt/release a node's Context, run a message for a held node."""
     signal.signal(signal.SIGINT, signal.SIG_IGN)  # Ctrl-C is the driver's to handle; it stops us
+    _exit_with_parent()
     import torch
 
     torch.set_num_threads(torch_threads)

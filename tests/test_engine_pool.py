@@ -141,3 +141,27 @@ def test_spawned_workers_need_an_importable_app_and_work():
         assert sorted(_n(r) for r in replies.values()) == [1, 1]
     finally:
         g.close()
+
+
+def test_workers_end_when_the_driver_is_killed(tmp_path):
+    """A driver killed with SIGKILL cannot stop its workers: they notice and exit by themselves."""
+    import signal
+    import subprocess
+    import sys
+
+    code = ("import time\n"
+            "from engines.local import server_identity\n"
+            "from engines.pool import PoolGrid\n"
+            "with server_identity(1):\n"
+            "    g = PoolGrid(2, 2, None, run_config={}, client_app='tests.engine_apps:counter')\n"
+            "    print(' '.join(map(str, g.worker_pids())), flush=True)\n"
+            "    time.sleep(600)\n")
+    proc = subprocess.Popen([sys.executable, "-c", code], stdout=subprocess.PIPE, text=True)
+    pids = [int(p) for p in proc.stdout.readline().split()]
+    assert len(pids) == 2 and all(os.path.exists(f"/proc/{p}") for p in pids)
+    proc.send_signal(signal.SIGKILL)
+    proc.wait()
+    deadline = time.time() + 10
+    while time.time() < deadline and any(os.path.exists(f"/proc/{p}") for p in pids):
+        time.sleep(0.2)
+    assert not any(os.path.exists(f"/proc/{p}") for p in pids)
