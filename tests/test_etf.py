@@ -384,7 +384,9 @@ def test_fedetf_simulation_end_to_end(tmp_path):
     cfg = RunConfig.from_dict(resolve_run_config(doc["run_config"]))
     w = final["head.weight"]
     assert torch.equal(w, simplex_etf(w.shape[0], 10, seed=cfg.seed, scale=cfg.etf_scale))
-    ckpt = torch.load(out / "checkpoint.pt", weights_only=False)
+    from flcore import safe_files
+
+    ckpt = safe_files.load(out / "checkpoint.pt", "checkpoint")
     mem = np.asarray(ckpt["strategy"]["gmv"]["memory"])
     assert mem.shape == (10, w.shape[0]) and np.all(np.isfinite(mem))
     assert ckpt["strategy"]["gmv"]["round"] == 4
