@@ -28,18 +28,19 @@ def run_ray(values: Mapping[str, Any], num_nodes: int, cpus_per_client: float = 
     so ``total_cpus`` must then be left out (docs/SCALING.md).
     """
     from client_app.app import app as client_app
-    from server_app.runner import run_federation
+    from server_app.app import app as server_app
 
     if ray_address is not None and total_cpus is not None:
         raise ValueError("total_cpus cannot be combined with ray_address (an existing Ray cluster has its own "
                          "CPU count); leave total_cpus out")
-    cfg = RunConfig.from_dict(dict(values))  # fail on bad config before Ray starts
+    RunConfig.from_dict(dict(values))  # fail on bad config before Ray starts
     server = ServerApp()
 
     @server.main()
     def _main(grid: Grid, context: Context) -> None:
-        # run_simulation gives the ServerApp an empty run config; the ServerApp body gets the real one
-        run_federation(grid, cfg)
+        # run_simulation gives the ServerApp an empty run config: call the real ServerApp with the real one
+        server_app(grid, Context(run_id=context.run_id, node_id=context.node_id, node_config=context.node_config,
+                                 state=context.state, run_config=dict(values)))
 
     init_args: dict[str, Any] = {"include_dashboard": False, "logging_level": logging.ERROR,
                                  "log_to_driver": not quiet}

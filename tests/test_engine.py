@@ -200,3 +200,14 @@ def test_run_local_names_what_is_wrong(tmp_path, kwargs, match):
         run_local({"out-dir": str(tmp_path)}, **args)
     with pytest.raises(ConfigError, match="unknown run-config key 'engine-threads'"):
         run_local({"engine-threads": 2}, 2)
+
+
+def test_run_local_with_the_default_out_dir_returns_that_runs_results(tmp_path, monkeypatch):
+    """out-dir "" (the default) is runs/<method>-<time> under the working directory: run_local resolves it
+    once, so the engine writes there and the results document returned is that run's."""
+    monkeypatch.chdir(tmp_path)
+    doc = run_local({"dataset": "digits", "model": "logistic", "num-server-rounds": 1, "checkpoint": False,
+                     "federated-eval-every": 0, "out-dir": ""}, 2)
+    runs = [p for p in (tmp_path / "runs").iterdir() if p.name.startswith("fedavg-")]
+    assert len(runs) == 1 and (runs[0] / "results.json").exists()
+    assert doc["run_config"]["out-dir"] == str(runs[0]) and len(doc["rounds"]) == 1
