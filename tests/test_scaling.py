@@ -4,21 +4,29 @@ Fast tests follow a client's resource request through the installed Flower: `flw
 ``--federation-config`` (parsed, merged with the federation's defaults and sent as the SimulationConfig
 protobuf, as the SuperLink receives it) and ``simulate(engine="ray")`` both end up as the options of every
 ``ClientAppActor`` Flower creates, and the number of actors per GPU follows from them (no GPU needed).
-The slow test starts a 2-node Ray cluster on loopback with Ray's own ``ray.cluster_utils.Cluster``
-(1 CPU and 1 logical GPU per node, so one client actor fits on each node and both must be used), runs
-2 rounds attached to it, records on which Ray node each ClientApp call ran, and compares the results
-with a one-node run of the same seed. docs/SCALING.md describes the same steps for real machines.
+The slow tests start a 2-node Ray cluster on loopback with Ray's own ``ray.cluster_utils.Cluster``
+(1 CPU per node, so one client actor fits on each node and both must be used). One runs 2 rounds through
+``simulate(ray_address=...)`` with 1 logical GPU per node and half a GPU per client, records on which Ray
+node each ClientApp call ran and what Ray assigned to it, and compares the results with a one-node run of
+the same seed; the other runs ``flwr run . local`` with ``RAY_ADDRESS`` set and finds the run's client
+actors on both nodes. docs/SCALING.md describes the same steps for real machines.
 """
 
 from __future__ import annotations
 
+import contextlib
 import json
 import os
 import shutil
+import signal
+import socket
+import subprocess
+import sys
 import tempfile
+import time
 from collections import Counter
 from pathlib import Path
-from typing import Any
+from typing import Any, Iterator
 
 import numpy as np
 import pytest
@@ -26,6 +34,7 @@ import torch
 
 from experiments.simulate import simulate
 
+ROOT = Path(__file__).resolve().parents[1]
 FEDERATION_CONFIG = "num-supernodes=10 client-resources-num-cpus=1 client-resources-num-gpus=0.1"
 
 
@@ -182,38 +191,51 @@ def _ray_processes_under(root: str) -> list[int]:
     return found
 
 
-@pytest.mark.slow
-def test_two_node_ray_cluster_trains_on_both_nodes_like_one_node(tmp_path: Path,
-                                                                  monkeypatch: pytest.MonkeyPatch) -> None:
+@contextlib.contextmanager
+def loopback_cluster(monkeypatch: pytest.MonkeyPatch, gpus_per_node: int = 0) -> Iterator[tuple[Any, set[str], str]]:
+    """A 2-node Ray cluster on loopback (ray.cluster_utils), 1 CPU per node: (cluster, node ids, temp dir).
+
+    Head on 127.0.0.2, worker on 127.0.0.1: ``ray.init`` rewrites an address of 127.0.0.1 to the machine's
+    outward IP, so the head listens on a second loopback address. A private, short Ray temp dir keeps the
+    cluster's address file (``ray_current_cluster``) and sockets out of /tmp/ray, so no other Ray user on
+    this machine attaches to it by accident. Shut down (and checked to leave no process) on exit."""
     from ray.cluster_utils import Cluster
 
-    import client_app.app
-
-    # A private, short Ray temp dir: the cluster's address file (ray_current_cluster) and sockets stay out
-    # of /tmp/ray, so no other Ray user on this machine attaches to this cluster by accident.
     ray_tmp = tempfile.mkdtemp(prefix="rc", dir="/tmp")
     monkeypatch.setenv("RAY_TMPDIR", ray_tmp)
-    cfg = {"dataset": "digits", "num-server-rounds": 2, "seed": 5, "device": "cpu", "federated-eval-every": 1}
     try:
-        one = simulate({**cfg, "out-dir": str(tmp_path / "one-node")}, num_supernodes=4, engine="ray",
-                       total_cpus=2, cpus_per_client=1)
-        # head on 127.0.0.2, worker on 127.0.0.1 (both loopback): ray.init() rewrites an address of
-        # 127.0.0.1 to the machine's outward IP, so the head must listen on another loopback address
         cluster = Cluster(initialize_head=True, head_node_args={
-            "num_cpus": 1, "num_gpus": 1, "node_ip_address": "127.0.0.2", "include_dashboard": False})
+            "num_cpus": 1, "num_gpus": gpus_per_node, "node_ip_address": "127.0.0.2", "include_dashboard": False})
         try:
-            cluster.add_node(num_cpus=1, num_gpus=1, node_ip_address="127.0.0.1")
-            nodes = {cluster.head_node.node_id, *(n.node_id for n in cluster.worker_nodes)}
-            calls = tmp_path / "calls"
-            calls.mkdir()
-            monkeypatch.setattr(client_app.app, "app", PlacementRecorder(client_app.app.app, str(calls)))
-            two = simulate({**cfg, "out-dir": str(tmp_path / "cluster")}, num_supernodes=4, engine="ray",
-                           cpus_per_client=1, gpus_per_client=0.5, ray_address=cluster.address)
+            cluster.add_node(num_cpus=1, num_gpus=gpus_per_node, node_ip_address="127.0.0.1")
+            yield cluster, {cluster.head_node.node_id, *(n.node_id for n in cluster.worker_nodes)}, ray_tmp
         finally:
             cluster.shutdown()
         assert _ray_processes_under(ray_tmp) == []
     finally:
         shutil.rmtree(ray_tmp, ignore_errors=True)
+
+
+@pytest.mark.slow
+def test_two_node_ray_cluster_trains_on_both_nodes_like_one_node(tmp_path: Path,
+                                                                  monkeypatch: pytest.MonkeyPatch) -> None:
+    import client_app.app
+
+    cfg = {"dataset": "digits", "num-server-rounds": 2, "seed": 5, "device": "cpu", "federated-eval-every": 1}
+    # the reference first: a cluster's address file would make this run try to attach to the cluster
+    monkeypatch.setenv("RAY_TMPDIR", tempfile.mkdtemp(prefix="rc", dir="/tmp"))
+    try:
+        one = simulate({**cfg, "out-dir": str(tmp_path / "one-node")}, num_supernodes=4, engine="ray",
+                       total_cpus=2, cpus_per_client=1)
+    finally:
+        shutil.rmtree(os.environ["RAY_TMPDIR"], ignore_errors=True)
+    calls = tmp_path / "calls"
+    calls.mkdir()
+    # 1 CPU and 1 logical GPU per node, clients ask for 1 CPU and 0.5 GPU: one actor fits per node
+    with loopback_cluster(monkeypatch, gpus_per_node=1) as (cluster, nodes, _):
+        monkeypatch.setattr(client_app.app, "app", PlacementRecorder(client_app.app.app, str(calls)))
+        two = simulate({**cfg, "out-dir": str(tmp_path / "cluster")}, num_supernodes=4, engine="ray",
+                       cpus_per_client=1, gpus_per_client=0.5, ray_address=cluster.address)
 
     rows = [json.loads(line) for f in calls.glob("*.jsonl") for line in f.read_text().splitlines()]
     assert len(nodes) == 2 and {r["node"] for r in rows} == nodes
@@ -230,3 +252,61 @@ def test_two_node_ray_cluster_trains_on_both_nodes_like_one_node(tmp_path: Path,
     a = torch.load(tmp_path / "one-node" / "final_model.pt")  # {parameter name: tensor}
     b = torch.load(tmp_path / "cluster" / "final_model.pt")
     assert a.keys() == b.keys() and all(torch.equal(a[k], b[k]) for k in a)
+
+
+def _free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+def _listening(port: int) -> bool:
+    with socket.socket() as s:
+        return s.connect_ex(("127.0.0.1", port)) == 0
+
+
+@pytest.mark.slow
+def test_flwr_run_local_attaches_to_the_cluster_in_ray_address(tmp_path: Path,
+                                                              monkeypatch: pytest.MonkeyPatch) -> None:
+    """`flwr run . local` with RAY_ADDRESS in the environment of the simulation SuperLink: the run's client
+    actors live on the cluster's two nodes (Ray's actor table), not in a Ray of its own."""
+    import ray
+
+    port = _free_port()
+    out = tmp_path / "out"
+    with loopback_cluster(monkeypatch) as (cluster, nodes, ray_tmp):
+        env = {**os.environ, "RAY_ADDRESS": cluster.address, "RAY_TMPDIR": ray_tmp,
+               "FLWR_HOME": str(tmp_path / "flwr"), "FLWR_DISABLE_RUNTIME_DEPENDENCY_INSTALLATION": "1",
+               "FLWR_LOCAL_SUPERLINK_HTTP_API_PORT": str(port),
+               "PATH": f"{Path(sys.executable).parent}{os.pathsep}{os.environ.get('PATH', '')}"}
+        (tmp_path / "flwr").mkdir()
+        # the simulation SuperLink `flwr run . local` would start, started here (and stopped) by pid
+        link = subprocess.Popen(["flower-superlink", "--insecure", "--simulation", "--isolation", "subprocess",
+                                 "--host", "127.0.0.1", "--port", str(port), "--database", str(tmp_path / "link.db")],
+                                env=env, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, start_new_session=True)
+        try:
+            deadline = time.time() + 300
+            while not _listening(port):
+                assert time.time() < deadline and link.poll() is None, "the simulation SuperLink did not start"
+                time.sleep(0.5)
+            proc = subprocess.run(
+                ["flwr", "run", ".", "local", "--stream", "--federation-config",
+                 "num-supernodes=4 client-resources-num-cpus=1",
+                 "-c", f"dataset='digits' num-server-rounds=2 seed=5 federated-eval-every=0 out-dir='{out}'"],
+                cwd=ROOT, env=env, capture_output=True, text=True, timeout=600)
+            assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-3000:]
+            ray.init(address=cluster.address, logging_level="ERROR", log_to_driver=False)
+            try:
+                actors = [a for a in ray._private.state.actors().values() if a["ActorClassName"] == "ClientAppActor"]
+            finally:
+                ray.shutdown()
+        finally:
+            os.killpg(link.pid, signal.SIGTERM)
+            try:
+                link.wait(timeout=30)
+            except subprocess.TimeoutExpired:
+                os.killpg(link.pid, signal.SIGKILL)
+                link.wait(timeout=30)
+    doc = json.loads((out / "results.json").read_text())
+    assert [r["num_updates"] for r in doc["rounds"]] == [4, 4]
+    assert len(actors) == 2 and {a["Address"]["NodeID"] for a in actors} == nodes
