@@ -19,6 +19,11 @@ Failures:
 - a reply that does not come within the exchange's timeout is simply missing (the strategy records a
   timeout); the message keeps running in its worker and later messages to that worker queue behind it.
 
+The driver's own compute (the ServerApp: aggregating, evaluating the global model) happens while every
+worker waits for the next exchange, so between exchanges the driver runs torch with ``workers`` threads
+(one while an exchange is in flight). For the models here its outputs are bit-identical to one thread
+(tests/test_engine_equivalence.py compares 1, 2 and 3 workers); ``driver_threads=1`` turns it off.
+
 Workers are started with ``fork`` when the driver has not initialised CUDA (a few milliseconds; they
 inherit the imported ClientApp, cached data and :func:`warm_imports`), else with ``spawn``. Each worker runs torch with one
 thread (what Ray gives a one-CPU client), so the numbers do not depend on the number of workers.
@@ -164,7 +169,7 @@ class PoolGrid(InProcessGrid):
     def __init__(self, num_nodes: int, workers: int, first_node_id: int | None = 1000, *,
                  run_config: Mapping[str, Any] | None = None, client_app: str | ClientAppFn = DEFAULT_CLIENT_APP,
                  run_id: int = 1, record_sent: bool = False, start_method: str | None = None,
-                 torch_threads: int = 1, pull_wait: float = PULL_WAIT) -> None:
+                 torch_threads: int = 1, pull_wait: float = PULL_WAIT, driver_threads: int | None = None) -> None:
         if workers < 1:
             raise ValueError(f"engine-workers must be >= 1, got {workers}")
         self.start_method = start_method or _start_method()
@@ -177,6 +182,11 @@ class PoolGrid(InProcessGrid):
         self._torch_threads = torch_threads
         self.pull_wait = pull_wait
         self.num_workers = workers
+        self.driver_threads = workers if driver_threads is None else driver_threads
+        self._threads_now = 0
+        import torch
+
+        self._threads_before = torch.get_num_threads()
         self._mp = mp.get_context(self.start_method)
         self._lock = threading.Condition()
         self._replies_ready: dict[str, Message] = {}
@@ -259,6 +269,7 @@ class PoolGrid(InProcessGrid):
             self._check(msg)
             msg_id = self._new_id(msg)
             batch.append((msg_id, msg))
+        self._driver_threads(busy=True)
         self._dispatch_batch(batch)
         return [i for i, _ in batch]
 
@@ -285,7 +296,20 @@ class PoolGrid(InProcessGrid):
                 if not waiting or left <= 0:
                     break
                 self._lock.wait(left)
-            return [self._replies_ready.pop(i) for i in ids if i in self._replies_ready]
+            replies = [self._replies_ready.pop(i) for i in ids if i in self._replies_ready]
+            if not self._in_flight and not self._migrations:
+                self._driver_threads(busy=False)
+            return replies
+
+    def _driver_threads(self, busy: bool) -> None:
+        """The driver's torch threads: 1 while workers compute, ``driver_threads`` while they all wait (the
+        ServerApp's own compute, e.g. evaluating the global model, then uses the idle cores)."""
+        want = 1 if busy else self.driver_threads
+        if self._threads_now != want:
+            import torch
+
+            torch.set_num_threads(want)
+            self._threads_now = want
 
     def _check(self, msg: Message) -> None:
         nid = msg.metadata.dst_node_id
@@ -392,6 +416,10 @@ class PoolGrid(InProcessGrid):
             self._closed = True
             workers = list(self._workers)
             self._lock.notify_all()
+        if self._threads_now:
+            import torch
+
+            torch.set_num_threads(self._threads_before)
         for w in workers:
             try:
                 w.put("stop")
