@@ -2,7 +2,8 @@
 
 For each fleet size N a real federation is started with deploy/localfed.py (the operator's scripts
 deploy/superlink.sh and deploy/supernode.sh): TLS, SuperNode authentication (every node's key registered
-with `flwr supernode register`), one SuperLink and N SuperNodes as separate process groups on 127.0.0.1.
+with `flwr supernode register`; ``--insecure`` drops both for comparison), one SuperLink and N SuperNodes as
+separate process groups on 127.0.0.1.
 The smallest job runs on it (FedAvg, digits, logistic model, iid, every node trains and evaluates every
 round). A sampler reads /proc every second: RSS and PSS of the SuperLink process, of the ServerApp, and of
 every node's process group (SuperNode + SuperExec at rest, plus the ClientApp while one runs), and the
@@ -272,7 +273,8 @@ def one_fleet(n: int, args: argparse.Namespace, root: Path, node_mib: float) -> 
     """Start a fleet of ``n`` SuperNodes, measure idle, one job and (optionally) stragglers, stop it.
     ``node_mib``: expected memory per node (USS), to refuse a fleet this machine cannot hold."""
     work = root / f"n{n}"
-    out: dict[str, Any] = {"nodes": n, "mode": args.mode, "poll_s": args.poll if args.mode == "tuned" else 3.0,
+    out: dict[str, Any] = {"nodes": n, "mode": args.mode, "tls_and_node_auth": not args.insecure,
+                           "poll_s": args.poll if args.mode == "tuned" else 3.0,
                            "loadavg_before": os.getloadavg()[0], "mem_available_before_mib": mem_available_mib()}
     need = n * node_mib + args.min_available_mib
     if out["mem_available_before_mib"] < need:
@@ -282,7 +284,8 @@ def one_fleet(n: int, args: argparse.Namespace, root: Path, node_mib: float) -> 
         print(f"[N={n:3d}] skipped: {out['skipped']}", flush=True)
         return out
     t_start = time.time()
-    fed = LocalFederation(work, n, tls=True, node_auth=True, tuned=args.mode == "tuned", poll=args.poll,
+    secure = not args.insecure
+    fed = LocalFederation(work, n, tls=secure, node_auth=secure, tuned=args.mode == "tuned", poll=args.poll,
                           app_dir=snapshot_app(work / "app"), startup_timeout=max(120.0, 15.0 * n))
 
     def kill_fleet() -> None:
@@ -353,6 +356,15 @@ def straggler_run(fed: LocalFederation, n: int, args: argparse.Namespace, delay:
         freezer.stop()
     job.update({"delay_s": delay, "round_timeout_s": args.round_timeout, "stragglers": slow,
                 "min_train_replies": n - args.stragglers, "freezes": freezer.events})
+    # SuperLink CPU while the ServerApp waits for frozen stragglers only (from 10 s after a freeze, when the
+    # other nodes have answered, until the freeze ends): idle load plus the ServerApp's reply polls and the
+    # streamed log, without message traffic
+    rates = []
+    for e in freezer.events:
+        rows = sampler.window(e["stopped"] + 10.0, e.get("resumed", e["stopped"] + delay) - 1.0)
+        if len(rows) >= 5 and (rate := _cpu_rate(rows, "superlink_cpu_s")) is not None:
+            rates.append(rate)
+    job["superlink_cpu_per_s_while_waiting"] = statistics.median(rates) if rates else None
     print(f"[N={n:3d} stragglers {slow}, frozen {delay:g}s, round-timeout {args.round_timeout:g}s] rounds "
           f"{['%.1f' % s for s in job['round_s']]} s, updates {job['num_updates']}, failures {job['failures']}",
           flush=True)
@@ -400,6 +412,17 @@ def projection(fleets: list[dict[str, Any]], rounds: int, project: int) -> dict[
     cpu_per_message_ms = 1e3 * lines["superlink_cpu_above_idle_s"]["per_node"] / messages_per_node
     out["superlink_cpu_per_request_ms"] = cpu_per_request_ms
     out["superlink_cpu_per_message_ms_upper_bound"] = cpu_per_message_ms
+    # Refined: take off what a job costs the SuperLink per second without messages (measured while the
+    # ServerApp waited for frozen stragglers), then divide by the messages.
+    waiting = [s["superlink_cpu_per_s_while_waiting"] for f in fleets for s in f.get("stragglers", [])
+               if s.get("superlink_cpu_per_s_while_waiting") is not None]
+    strag = [f for f in fleets if f.get("stragglers")]
+    if waiting and strag:
+        extra = statistics.median(waiting) - strag[0]["idle"]["superlink_cpu_per_s"]  # above idle, per second
+        per_msg = [(f["job"]["superlink_cpu_above_idle_s"] - extra * f["job"]["wall_s"]) / f["job"]["messages"]
+                   for f in fleets]
+        out["job_overhead_cpu_per_s"] = extra
+        out["superlink_cpu_per_message_ms"] = [1e3 * v for v in per_msg]
     out["at_projection"] = {
         f"idle_superlink_cpu_per_s_poll_{p:g}s": project * (1.0 / p + 1.0 / HEARTBEAT_S) * cpu_per_request_ms / 1e3
         for p in sorted({poll, 3.0})}
@@ -431,8 +454,12 @@ def main() -> None:
                          "skipped, one that drives available memory below it is killed and recorded")
     ap.add_argument("--node-mib", type=float, default=700.0,
                     help="expected memory (USS) per node before one was measured (TUNED=1 preloads torch)")
+    ap.add_argument("--insecure", action="store_true",
+                    help="plain HTTP, no node authentication (to see what TLS + node auth cost the SuperLink)")
     ap.add_argument("--name", default="fleet")
     args = ap.parse_args()
+    if args.idle_s < 10:
+        ap.error("--idle-s must be >= 10 (the idle CPU rate needs several 1-s samples)")
     if args.stragglers and args.stragglers >= args.straggler_nodes:
         ap.error("--stragglers must be smaller than --straggler-nodes")
     if any(d > 32 for d in args.delays):
