@@ -65,6 +65,23 @@ def process_groups() -> dict[int, list[tuple[int, int]]]:
     return groups
 
 
+def group_and_descendants(groups: dict[int, list[tuple[int, int]]], leader: int) -> list[tuple[int, int]]:
+    """The members of ``leader``'s process group plus every descendant of ``leader`` (stock Flower starts
+    the SuperLink's SuperExec, and with it the ServerApp, in a session of its own)."""
+    members = {pid: ppid for pid, ppid in groups.get(leader, [])}
+    children: dict[int, list[tuple[int, int]]] = {}
+    for procs in groups.values():
+        for pid, ppid in procs:
+            children.setdefault(ppid, []).append((pid, ppid))
+    todo = [leader]
+    while todo:
+        for pid, ppid in children.get(todo.pop(), []):
+            if pid not in members:
+                members[pid] = ppid
+                todo.append(pid)
+    return list(members.items())
+
+
 def memory_mib(pid: int) -> tuple[float, float, float]:
     """(RSS, PSS, USS) of one process in MiB, zeros if gone. RSS counts shared library pages in full,
     PSS splits them among their users (sums to physical memory), USS counts private pages only (what
@@ -141,18 +158,20 @@ class FleetSampler(threading.Thread):
             per = [memory_mib(p) for p in pids]
             return tuple(sum(m[k] for m in per) for k in range(3))  # type: ignore[return-value]
 
-        link = roles(groups.get(self.link_pgid, []), self.link_pgid)
+        link_members = group_and_descendants(groups, self.link_pgid)
+        link = roles(link_members, self.link_pgid)
         row: dict[str, Any] = {"t": time.time(), "superlink_cpu_s": cpu_s(self.link_pgid, children=False),
-                               "link_group_cpu_s": sum(cpu_s(p) for p, _ in groups.get(self.link_pgid, []))}
+                               "link_group_cpu_s": sum(cpu_s(p) for p, _ in link_members)}
         for role, key in (("leader", "superlink"), ("superexec", "link_superexec"), ("app", "serverapp")):
             row[key] = mem(link[role])
         nodes, fleet_cpu = {}, 0.0
         for i, pgid in self.node_pgids.items():
-            parts = roles(groups.get(pgid, []), pgid)
+            members = group_and_descendants(groups, pgid)
+            parts = roles(members, pgid)
             base = mem(parts["leader"] + parts["superexec"])
             app = mem(parts["app"])
             nodes[i] = {"base": base, "app": app, "apps": len(parts["app"])}
-            fleet_cpu += sum(cpu_s(p) for p, _ in groups.get(pgid, []))
+            fleet_cpu += sum(cpu_s(p) for p, _ in members)
         row["nodes"], row["nodes_cpu_s"] = nodes, fleet_cpu
         row["mem_available_mib"] = mem_available_mib()
         if row["mem_available_mib"] < self.min_available_mib and self.low_memory is None:
@@ -458,6 +477,8 @@ def main() -> None:
                     help="plain HTTP, no node authentication (to see what TLS + node auth cost the SuperLink)")
     ap.add_argument("--name", default="fleet")
     args = ap.parse_args()
+    # `kill <pid>` (SIGTERM) unwinds like Ctrl-C, so every fleet is stopped by its finally block
+    signal.signal(signal.SIGTERM, lambda *_: sys.exit(143))
     if args.idle_s < 10:
         ap.error("--idle-s must be >= 10 (the idle CPU rate needs several 1-s samples)")
     if args.stragglers and args.stragglers >= args.straggler_nodes:

@@ -38,8 +38,8 @@ ROOT = Path(__file__).resolve().parents[1]
 FEDERATION_CONFIG = "num-supernodes=10 client-resources-num-cpus=1 client-resources-num-gpus=0.1"
 
 
-def _flwr_run_backend_config(federation_config: str) -> dict[str, Any]:
-    """The backend config the simulation process of a `flwr run ... --federation-config` run builds:
+def _flwr_run_backend_config(federation_config: str) -> tuple[int, dict[str, Any]]:
+    """(num-supernodes, backend config) as the simulation process of `flwr run ... --federation-config` gets them:
     the CLI's parsing, the SuperLink's merge over the federation defaults, the protobuf on the wire and
     the simulation process's reading, all from the installed Flower."""
     from flwr.common.config import parse_config_args
@@ -55,8 +55,8 @@ def _flwr_run_backend_config(federation_config: str) -> dict[str, Any]:
     resolved.MergeFrom(override)
     on_the_wire = SimulationConfig.FromString(resolved.SerializeToString())
     num_supernodes, backend, config, _, _ = _run_simulation_settings(on_the_wire)
-    assert (num_supernodes, backend) == (10, "ray") or "num-supernodes=10" not in federation_config
-    return config
+    assert backend == "ray"
+    return num_supernodes, config
 
 
 class _RecordingActorType:
@@ -90,7 +90,8 @@ def _actors_per_node(client_resources: dict[str, Any], node: dict[str, float],
 def test_flwr_run_gpu_fraction_reaches_every_client_actor(monkeypatch: pytest.MonkeyPatch) -> None:
     from flwr.server.superlink.fleet.vce.backend.raybackend import RayBackend
 
-    config = _flwr_run_backend_config(FEDERATION_CONFIG)
+    num_supernodes, config = _flwr_run_backend_config(FEDERATION_CONFIG)
+    assert num_supernodes == 10
     # the protobuf field is a float32: 0.1 arrives as 0.10000000149011612
     assert config["client_resources"] == {"num_cpus": 1, "num_gpus": float(np.float32(0.1))}
     assert config["client_resources"]["num_gpus"] > 0.1
@@ -103,7 +104,7 @@ def test_flwr_run_gpu_fraction_reaches_every_client_actor(monkeypatch: pytest.Mo
     assert options == [{"num_cpus": 1, "num_gpus": float(np.float32(0.1))}] * n
     # Flower sizes the pool as int(GPUs / fraction) per node: the float32 rounding makes that 9, not 10
     assert n == 9
-    fixed = _flwr_run_backend_config("num-supernodes=10 client-resources-num-cpus=1 client-resources-num-gpus=0.0999")
+    _, fixed = _flwr_run_backend_config("num-supernodes=10 client-resources-num-cpus=1 client-resources-num-gpus=0.0999")
     assert _actors_per_node(fixed["client_resources"], {"CPU": 16.0, "GPU": 1.0}, monkeypatch)[0] == 10
     # CPUs bound the pool too; a node without a GPU gets no actor that asks for one
     assert _actors_per_node(resources, {"CPU": 4.0, "GPU": 1.0}, monkeypatch)[0] == 4
