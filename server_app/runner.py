@@ -93,11 +93,28 @@ def round_row(server_round: int, outcome: RoundOutcome, g_loss: float, g_acc: fl
             "sampled": outcome.sampled, "failures": [f.as_dict() for f in outcome.failures]}
 
 
+def wait_for_nodes_to_settle(grid: Grid, timeout: float, poll: float = 0.1, stable_polls: int = 3) -> int:
+    """Wait until the grid's node count is the same over ``stable_polls`` polls ``poll`` s apart (at most
+    ``timeout`` s). Flower's Ray simulation registers its nodes while the ServerApp already runs (measured: 8 of
+    10,000 at the first look): the number of clients, and what depends on it (the synthetic global test set,
+    FedDyn's m, SCAFFOLD's N), must come from the whole federation, not from the first few nodes."""
+    deadline = time.monotonic() + timeout
+    last, same = -1, 0
+    while True:
+        count = len(list(grid.get_node_ids()))
+        same = same + 1 if count == last and count > 0 else 0
+        last = count
+        if same >= stable_polls - 1 or time.monotonic() >= deadline:
+            return count
+        time.sleep(poll)
+
+
 def run_federation(grid: Grid, cfg: RunConfig) -> dict[str, Any]:
     """Run ``num-server-rounds`` rounds; returns the results document (also written to out-dir)."""
     t_start = time.time()
     out_dir = Path(cfg.out_dir or resolve_out_dir(cfg.to_dict())["out-dir"]).expanduser().resolve()
     strategy = build_strategy(cfg)
+    wait_for_nodes_to_settle(grid, cfg.round_timeout)
     strategy.refresh_clients(grid)
     num_clients = len(strategy.clients)
     device = torch.device("cuda" if cfg.device in ("auto", "cuda") and torch.cuda.is_available() else "cpu")

@@ -166,3 +166,21 @@ def test_a_node_that_cannot_register_is_recorded_and_asked_again_with_back_off(t
     assert "crashed on purpose" in reg[1][0]["reason"] and f"node {grid.node_ids[3]}" in reg[1][0]["reason"]
     assert all(3 not in r["sampled"] for r in doc["rounds"])  # the other three clients carry on
     assert doc["final"]["global_accuracy"] is not None
+
+
+class GrowingGrid(FakeGrid):
+    """Nodes appear a few at a time, as Flower's Ray simulation registers them while the ServerApp runs."""
+
+    def __init__(self, num_nodes: int, per_look: int) -> None:
+        super().__init__(num_nodes)
+        self.visible, self.per_look = 0, per_look
+
+    def get_node_ids(self):
+        self.visible = min(len(self.node_ids), self.visible + self.per_look)
+        return self.node_ids[:self.visible]
+
+
+def test_the_federation_is_counted_once_every_node_has_registered(tmp_path):
+    grid = GrowingGrid(6, per_look=2)
+    doc = run_federation(grid, cfg(tmp_path, **{"num-server-rounds": 1}))
+    assert doc["final"]["num_clients"] == 6 and doc["rounds"][0]["sampled"] == [0, 1, 2, 3, 4, 5]
