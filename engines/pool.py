@@ -9,6 +9,10 @@ Balance: before each push the pool re-plans which worker owns which node of the 
 (:func:`engines.balance.plan`, from each node's measured cost in its previous message of that type). A
 node that changes owner has its Context shipped from the old worker to the new one before its message
 runs (a migration), so state always lives in exactly one place and a node's messages run in push order.
+An exchange with a node whose cost is not known yet (the first of its message type: registration, round
+1, the first evaluation) is scheduled dynamically instead: the Contexts come back to the driver (the
+workers are idle then) and each message goes, with its Context, to whichever worker is free. Contexts
+start in the driver and go to a worker with their node's first message.
 
 Failures:
 - the ClientApp raises -> an error reply with code 2 (in the worker; the node keeps its old Context);
@@ -143,7 +147,7 @@ class _InFlight:
 
 @dataclass
 class _Migration:
-    target: int
+    target: int | None  # None: back to the driver (an exchange scheduled dynamically)
     source: int
     held: list[tuple[str, bytes]] = field(default_factory=list)  # (msg_id, pickled message)
 
@@ -193,6 +197,7 @@ class PoolGrid(InProcessGrid):
         self._in_flight: dict[str, _InFlight] = {}
         self._migrations: dict[int, _Migration] = {}
         self.owner: dict[int, int] = {}
+        self._node_set = set(self.node_ids)
         self.costs: dict[tuple[int, str], float] = {}
         self.migrations = 0
         self.replaced = 0
@@ -200,9 +205,12 @@ class PoolGrid(InProcessGrid):
         if self.start_method == "fork":
             warm_imports()  # once here instead of once per worker
         self._workers: list[_Worker] = [self._spawn(i) for i in range(workers)]
-        for i, nid in enumerate(self.node_ids):  # initial owners: round robin
-            self._adopt(i % workers, nid, self.contexts[nid])
-        self.contexts = {}  # the workers hold them now
+        # Contexts not owned by a worker (all of them until their node's first message) wait here, packed
+        self._held: dict[int, bytes] = {nid: pack_context(c, self.run_config) for nid, c in self.contexts.items()}
+        self.contexts = {}
+        self._ready: list[tuple[float, str, bytes, int]] = []  # dynamic exchange: (cost, msg_id, message, node)
+        self._outstanding = [0] * workers  # "run" tasks put to each worker and not answered yet
+        self.dynamic_exchanges = 0
         self._collector = threading.Thread(target=self._collect, name="engine-collector", daemon=True)
         self._collector.start()
 
@@ -230,10 +238,23 @@ class PoolGrid(InProcessGrid):
         with self._lock:
             if self._closed:
                 raise RuntimeError("the engine's worker pool is closed")
-            busy = {f.node for f in self._in_flight.values()} | set(self._migrations)
             costs = self._estimate([m for _, m in batch])
+            idle = not self._in_flight and not self._migrations
+            unknown = any((m.metadata.dst_node_id, m.metadata.message_type) not in self.costs for _, m in batch)
+            if idle and unknown:
+                self._dispatch_dynamic(batch, costs)
+                return
+            busy = {f.node for f in self._in_flight.values()} | set(self._migrations)
             assignment = plan(costs, self.owner, self.num_workers, fixed=frozenset(busy))
             for node, target in assignment.items():
+                if node in self._held:  # first message of a node: its Context goes straight to the target
+                    self._adopt(target, node, self._held.pop(node))
+                    continue
+                mig = self._migrations.get(node)
+                if mig is not None:  # on its way (to the driver, after a timed-out dynamic exchange): redirect
+                    if mig.target is None:
+                        mig.target = self.owner[node] = target
+                    continue
                 source = self.owner[node]
                 if target != source:
                     self._migrations[node] = _Migration(target, source)
@@ -244,13 +265,51 @@ class PoolGrid(InProcessGrid):
                 node = msg.metadata.dst_node_id
                 payload = pickle.dumps(msg, protocol=pickle.HIGHEST_PROTOCOL)
                 mig = self._migrations.get(node)
+                self._in_flight[msg_id] = _InFlight(node, msg.metadata.message_type, msg.metadata, None)
                 if mig is not None:
                     mig.held.append((msg_id, payload))
-                    worker = None
                 else:
-                    worker = self.owner[node]
-                    self._workers[worker].put("run", msg_id, payload)
-                self._in_flight[msg_id] = _InFlight(node, msg.metadata.message_type, msg.metadata, worker)
+                    self._run(self.owner[node], msg_id, payload)
+
+    def _dispatch_dynamic(self, batch: list[tuple[str, Message]], costs: dict[int, float]) -> None:
+        """An exchange with nodes of unknown cost (the first of its message type): every Context comes back
+        to the driver (the workers are idle, so at once) and each message goes to whichever worker is free,
+        most expensive first (unknown costs: the mean of the known ones). Lock held."""
+        self.dynamic_exchanges += 1
+        for msg_id, msg in batch:
+            node = msg.metadata.dst_node_id
+            payload = pickle.dumps(msg, protocol=pickle.HIGHEST_PROTOCOL)
+            self._in_flight[msg_id] = _InFlight(node, msg.metadata.message_type, msg.metadata, None)
+            item = (costs[node], msg_id, payload, node)
+            if node in self._held:
+                self._ready.append(item)
+            elif node in self._migrations:
+                self._migrations[node].held.append((msg_id, payload))
+            else:
+                self._migrations[node] = _Migration(None, self.owner.pop(node), [(msg_id, payload)])
+                self._workers[self._migrations[node].source].put("release", node)
+        self._ready.sort(key=lambda it: -it[0])
+        self._feed()
+
+    def _feed(self) -> None:
+        """Give ready messages to free workers (one task each at a time). Lock held."""
+        while self._ready:
+            w = min(range(self.num_workers), key=lambda i: (self._outstanding[i], i))
+            if self._outstanding[w] > 0:
+                return
+            _, msg_id, payload, node = self._ready.pop(0)
+            if node in self._held:
+                self._adopt(w, node, self._held.pop(node))
+                self._run(w, msg_id, payload)
+            else:  # another message for a node this exchange has placed already: after it, on its worker
+                self._run(self.owner[node], msg_id, payload)
+
+    def _run(self, worker: int, msg_id: str, payload: bytes) -> None:
+        """Put one message to a worker (lock held)."""
+        self._workers[worker].put("run", msg_id, payload)
+        self._outstanding[worker] += 1
+        if msg_id in self._in_flight:
+            self._in_flight[msg_id].worker = worker
 
     def _estimate(self, msgs: list[Message]) -> dict[int, float]:
         """Each node's expected cost in this exchange: its last measured cost for the message type, else
@@ -313,7 +372,7 @@ class PoolGrid(InProcessGrid):
 
     def _check(self, msg: Message) -> None:
         nid = msg.metadata.dst_node_id
-        if nid not in self.owner:
+        if nid not in self._node_set:
             raise ValueError(f"message '{msg.metadata.message_type}' is addressed to node {nid}, "
                              f"which is not one of this grid's {len(self.node_ids)} nodes")
         if msg.metadata.reply_to_message_id:
@@ -349,8 +408,11 @@ class PoolGrid(InProcessGrid):
                 flight = self._in_flight.pop(msg_id, None)
                 if flight is None:
                     return  # already answered with an error (its worker was declared dead)
+                if flight.worker is not None:
+                    self._outstanding[flight.worker] -= 1
                 self.costs[(flight.node, flight.kind)] = seconds
                 self._replies_ready[msg_id] = reply
+                self._feed()
                 self._lock.notify_all()
         elif kind == "released":
             _, node, payload = item
@@ -360,12 +422,24 @@ class PoolGrid(InProcessGrid):
                     self._forward(node, mig, payload)
 
     def _forward(self, node: int, mig: _Migration, context: Context | bytes) -> None:
-        """Hand a migrating node's Context and its held messages to the new owner (lock held)."""
+        """Hand a migrating node's Context and its held messages to the new owner, or keep them in the driver
+        for a dynamically scheduled exchange (lock held)."""
+        if mig.target is None:
+            self._held[node] = context if isinstance(context, bytes) else pack_context(context, self.run_config)
+            flights = [(self._in_flight[i], i, p) for i, p in mig.held if i in self._in_flight]
+            est = self._estimate_ids([f for f, _, _ in flights])
+            self._ready += [(est.get(node, 1.0), i, p, node) for _, i, p in flights]
+            self._ready.sort(key=lambda it: -it[0])
+            self._feed()
+            return
         self._adopt(mig.target, node, context)
         for msg_id, payload in mig.held:
-            self._workers[mig.target].put("run", msg_id, payload)
-            if msg_id in self._in_flight:
-                self._in_flight[msg_id].worker = mig.target
+            self._run(mig.target, msg_id, payload)
+
+    def _estimate_ids(self, flights: list[_InFlight]) -> dict[int, float]:
+        known = [c for c in self.costs.values()]
+        default = sum(known) / len(known) if known else 1.0
+        return {f.node: self.costs.get((f.node, f.kind), default) for f in flights}
 
     def _on_death(self, worker: _Worker) -> None:
         while True:  # replies it sent before dying still count
@@ -393,6 +467,7 @@ class PoolGrid(InProcessGrid):
             worker.tasks.close()
             worker.results.close()
             self._workers[i] = self._spawn(i)
+            self._outstanding[i] = 0
             self.replaced += 1
             for node, owner in list(self.owner.items()):
                 if owner == i and node not in self._migrations:
@@ -401,6 +476,7 @@ class PoolGrid(InProcessGrid):
                 if mig.source == i:  # its Context died with the worker before it could be shipped
                     del self._migrations[node]
                     self._forward(node, mig, self._fresh_context(node))
+            self._feed()
             self._lock.notify_all()
 
     # --- shutdown -----------------------------------------------------------------------------------------
