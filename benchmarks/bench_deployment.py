@@ -105,6 +105,33 @@ def profile_split(profile_dir: Path) -> dict[str, float]:
     return out
 
 
+COLD = r"""
+import json, time
+c = time.process_time
+t0 = c(); import flwr.supernode.runtime.run_clientapp  # noqa: E401
+t1 = c(); import client_app.app  # noqa: F401
+t2 = c(); import torch._dynamo  # noqa: F401
+t3 = c()
+print(json.dumps({"flwr_clientapp_runtime_s": t1 - t0, "project_clientapp_with_torch_s": t2 - t1,
+                  "torch_dynamo_first_optimizer_s": t3 - t2}))
+"""
+
+
+def cold_start_costs(repeats: int = 3) -> dict[str, float]:
+    """CPU seconds a fresh (stock) ClientApp process spends importing, best of ``repeats`` fresh interpreters:
+    Flower's ClientApp runtime, this project's ClientApp (torch, Flower's app API, the project), and
+    ``torch._dynamo``, which the first optimizer step of a train message imports."""
+    import json
+    import subprocess
+
+    runs = []
+    for _ in range(repeats):
+        out = subprocess.run([sys.executable, "-c", COLD], capture_output=True, text=True, check=True,
+                             cwd=str(Path(__file__).resolve().parents[1]))
+        runs.append(json.loads(out.stdout.strip().splitlines()[-1]))
+    return {k: min(r[k] for r in runs) for k in runs[0]}
+
+
 def run_deploy(cfg: dict[str, Any], nodes: int, tuned: bool, workdir: Path, poll: float) -> dict[str, Any]:
     t0 = time.time()
     with LocalFederation(workdir, nodes, tuned=tuned, poll=poll, app_dir=snapshot_app(workdir / "app")) as fed:
@@ -157,6 +184,10 @@ def main() -> None:
         if r.get("clientapp_tasks"):
             print(f"{mode}: {r['clientapp_tasks']} ClientApp task processes, median {r['clientapp_wall_median_s']:.2f}s "
                   f"wall, {r['clientapp_cpu_median_s']:.2f}s CPU each (poll {ns.poll}s)")
+    if "stock" in rows:
+        cold = cold_start_costs()
+        print("stock: a fresh ClientApp process imports (CPU s, best of 3): "
+              + ", ".join(f"{k.replace('_s', '').replace('_', ' ')} {v:.2f}" for k, v in cold.items()))
     if ns.profile_dir:
         for label, share in profile_split(Path(ns.profile_dir)).items():
             print(f"profile: {label}: " + (f"{share * 100:.0f}%" if label[0] != "p" else f"{share:.2f}"))
