@@ -169,6 +169,8 @@ def test_workers_end_when_the_driver_is_killed(tmp_path):
     import sys
 
     code = ("import time\n"
+            "import engines.pool\n"
+            "engines.pool.warm_imports = lambda: None  # not needed here: saves a second\n"
             "from engines.local import server_identity\n"
             "from engines.pool import PoolGrid\n"
             "with server_identity(1):\n"
