@@ -15,7 +15,8 @@ from flcore import safe_files
 
 # Keys that may differ between the interrupted run and its continuation.
 RESUMABLE_DIFFERENCES = {"num-server-rounds", "out-dir", "overwrite", "resume-from", "round-timeout", "round-retries",
-                         "checkpoint", "device", "client-state-dir"}
+                         "checkpoint", "device", "client-state-dir",
+                         "engine", "engine-workers"}  # same numbers on every engine (tests/test_engine_equivalence.py)
 
 
 class CheckpointError(ValueError):

@@ -53,3 +53,16 @@ def test_sequential_and_worker_pools_give_identical_numbers(tmp_path):
 @pytest.mark.slow
 def test_ray_engine_gives_the_same_numbers_as_the_inprocess_engine(tmp_path):
     _same(_run(tmp_path, "seq", engine="inprocess", workers=1), _run(tmp_path, "ray", engine="ray"))
+
+
+def test_a_run_resumed_on_another_engine_ends_where_an_uninterrupted_one_does(tmp_path):
+    """FedAvg (client state would be lost with the Contexts on resume): 2 rounds on 2 workers, resumed to 3
+    on the sequential engine, equals 3 rounds straight."""
+    job = {**JOB, "method": "fedavg", "fraction-train": 1.0, "federated-eval-every": 0, "checkpoint": True}
+    straight = run_local({**job, "out-dir": str(tmp_path / "straight")}, NODES, workers=1)
+    run_local({**job, "num-server-rounds": 2, "out-dir": str(tmp_path / "part")}, NODES, workers=2)
+    resumed = run_local({**job, "resume-from": str(tmp_path / "part"), "out-dir": str(tmp_path / "part"),
+                         "overwrite": True}, NODES, workers=1)
+    a, b = torch.load(tmp_path / "straight" / "final_model.pt"), torch.load(tmp_path / "part" / "final_model.pt")
+    assert all(torch.equal(a[k], b[k]) for k in a)
+    assert [r["global_loss"] for r in resumed["rounds"]] == [r["global_loss"] for r in straight["rounds"]]
