@@ -37,9 +37,7 @@ from __future__ import annotations
 
 import logging
 import multiprocessing as mp
-import os
 import pickle
-import signal
 import threading
 import time
 from dataclasses import dataclass, field
@@ -51,78 +49,13 @@ from flwr.app.metadata import Metadata
 from flwr.common.constant import ErrorCode
 
 from engines.balance import plan
-from engines.delivery import ClientAppFn, error_reply, handle
+from engines.delivery import ClientAppFn, error_reply
 from engines.grid import DEFAULT_CLIENT_APP, SERVER_NODE_ID, InProcessGrid, node_context
+from engines.worker import pack_context, warm_imports, worker_main
 
 log = logging.getLogger("noniid_fl.engine")
 
 PULL_WAIT = 0.5  # longest a pull blocks waiting for the rest of the requested replies (seconds)
-
-
-# ============================================================================ the worker process
-def pack_context(context: Context, shared_run_config: Mapping[str, Any]) -> bytes:
-    """A Context's bytes for the trip between processes; a run config equal to the run's shared one is
-    left out (every worker has it), so a node costs its state and node config, not a copy of the config."""
-    rc = None if context.run_config == shared_run_config else dict(context.run_config)
-    return pickle.dumps((context.run_id, context.node_id, dict(context.node_config), context.state, rc,
-                         getattr(context, "series_id", 0)), protocol=pickle.HIGHEST_PROTOCOL)
-
-
-def unpack_context(payload: bytes, shared_run_config: dict[str, Any]) -> Context:
-    run_id, node_id, node_config, state, rc, series_id = pickle.loads(payload)
-    return Context(run_id=run_id, node_id=node_id, node_config=node_config, state=state,
-                   run_config=shared_run_config if rc is None else rc, series_id=series_id)
-
-
-def _exit_with_parent(interval: float = 1.0) -> None:
-    """End this worker when the driver process is gone (killed without a chance to stop its workers)."""
-    parent = os.getppid()
-
-    def watch() -> None:
-        while True:
-            time.sleep(interval)
-            if os.getppid() != parent:
-                os._exit(0)
-
-    threading.Thread(target=watch, name="engine-parent-watch", daemon=True).start()
-
-
-def _worker_main(index: int, tasks: Any, results: Connection, app_ref: str | ClientAppFn, torch_threads: int,
-                 run_config: dict[str, Any]) -> None:
-    """Serve tasks until "stop": adopt/release a node's Context, run a message for a held node."""
-    signal.signal(signal.SIGINT, signal.SIG_IGN)  # Ctrl-C is the driver's to handle; it stops us
-    _exit_with_parent()
-    import torch
-
-    torch.set_num_threads(torch_threads)
-    from engines.grid import load_client_app
-
-    app = load_client_app(app_ref)
-    contexts: dict[int, Context] = {}
-    while True:
-        kind, *args = tasks.get()
-        if kind == "stop":
-            break
-        if kind == "adopt":
-            node, payload = args
-            contexts[node] = unpack_context(payload, run_config)
-        elif kind == "release":
-            (node,) = args
-            results.send(("released", node, pack_context(contexts.pop(node), run_config)))
-        elif kind == "run":
-            msg_id, payload = args
-            msg: Message = pickle.loads(payload)
-            node = msg.metadata.dst_node_id
-            if node not in contexts:
-                reply, context, seconds = error_reply(msg, ErrorCode.UNKNOWN, f"engine worker {index} does not "
-                                                      f"hold node {node} (engine bug)"), None, 0.0
-            else:
-                reply, context, seconds = handle(app, msg, contexts[node], copy_reply=False)
-            if context is not None:
-                contexts[node] = context
-            results.send(("reply", msg_id, pickle.dumps(reply, protocol=pickle.HIGHEST_PROTOCOL), seconds))
-        else:
-            raise ValueError(f"engine worker {index}: unknown task {kind!r}")
 
 
 # ============================================================================ the driver side
@@ -150,12 +83,6 @@ class _Migration:
     target: int | None  # None: back to the driver (an exchange scheduled dynamically)
     source: int
     held: list[tuple[str, bytes]] = field(default_factory=list)  # (msg_id, pickled message)
-
-
-def warm_imports() -> None:
-    """Import what a PyTorch ClientApp imports lazily on its first message, so that forked workers inherit
-    it: ``torch._dynamo``, which the first ``torch.optim`` optimizer step imports (~1 s of CPU)."""
-    import torch._dynamo  # noqa: F401
 
 
 def _start_method() -> str:
@@ -218,7 +145,7 @@ class PoolGrid(InProcessGrid):
     def _spawn(self, index: int) -> _Worker:
         tasks = self._mp.Queue()
         recv, send = self._mp.Pipe(duplex=False)
-        proc = self._mp.Process(target=_worker_main, args=(index, tasks, send, self._app_ref, self._torch_threads,
+        proc = self._mp.Process(target=worker_main, args=(index, tasks, send, self._app_ref, self._torch_threads,
                                                                   self.run_config),
                                 name=f"engine-worker-{index}", daemon=True)
         proc.start()
