@@ -9,9 +9,16 @@
                           after another (engine-workers = 1);
 - :mod:`engines.pool`     ``PoolGrid``: worker processes, each owning a share of the nodes' Contexts
                           (engine-workers > 1), balanced per exchange, dead workers replaced;
+- :mod:`engines.worker`   the worker process's side of the pool;
+- :mod:`engines.balance`  which worker owns which node in an exchange (sticky LPT plan);
 - :mod:`engines.delivery` what happens to one message at a node (Flower's engine semantics);
+- :mod:`engines.copying`  copies of messages, records and Contexts at the boundary;
 - :mod:`engines.ray`      Flower's Simulation Engine (what ``flwr run . local`` uses);
 - :mod:`engines.local`    ``run_local``: the real ServerApp on either engine -> the results document.
+
+Same seed, same numbers: sequential, any number of workers and Ray give bit-identical models and metrics
+when each client trains with one torch thread (what Ray gives a one-CPU client; the workers always do;
+set ``OMP_NUM_THREADS=1`` for the sequential engine), tests/test_engine_equivalence.py.
 
 ``flwr run .`` and real deployments do not use this package: they run on Flower's own engines.
 """
