@@ -87,6 +87,7 @@ class InProcessGrid(Grid):
     def __init__(self, num_nodes: int, first_node_id: int | None = 1000, *, run_config: Mapping[str, Any] | None = None,
                  client_app: str | ClientAppFn = DEFAULT_CLIENT_APP, run_id: int = 1, record_sent: bool = False) -> None:
         self.node_ids = new_node_ids(num_nodes, first_node_id)
+        self._node_set = set(self.node_ids)
         self.run_id = run_id
         self.run_config = dict(run_config or {})
         self.contexts = node_contexts(self.node_ids, self.run_config, run_id)
@@ -134,7 +135,7 @@ class InProcessGrid(Grid):
     # --- delivery ----------------------------------------------------------------------------------
     def _check(self, msg: Message) -> None:
         nid = msg.metadata.dst_node_id
-        if nid not in self.contexts:
+        if nid not in self._node_set:
             raise ValueError(f"message '{msg.metadata.message_type}' is addressed to node {nid}, "
                              f"which is not one of this grid's {len(self.node_ids)} nodes")
         if msg.metadata.reply_to_message_id:

@@ -124,7 +124,6 @@ class PoolGrid(InProcessGrid):
         self._in_flight: dict[str, _InFlight] = {}
         self._migrations: dict[int, _Migration] = {}
         self.owner: dict[int, int] = {}
-        self._node_set = set(self.node_ids)
         self.costs: dict[tuple[int, str], float] = {}
         self.migrations = 0
         self.replaced = 0
@@ -296,14 +295,6 @@ class PoolGrid(InProcessGrid):
 
             torch.set_num_threads(want)
             self._threads_now = want
-
-    def _check(self, msg: Message) -> None:
-        nid = msg.metadata.dst_node_id
-        if nid not in self._node_set:
-            raise ValueError(f"message '{msg.metadata.message_type}' is addressed to node {nid}, "
-                             f"which is not one of this grid's {len(self.node_ids)} nodes")
-        if msg.metadata.reply_to_message_id:
-            raise ValueError("cannot push a reply message (reply_to_message_id is set)")
 
     # --- collector thread ---------------------------------------------------------------------------------
     def _collect(self) -> None:

@@ -9,6 +9,7 @@ is cheap (no torch). A new method is a declaration module listed in ``flcore.met
 
 from __future__ import annotations
 
+import functools
 import importlib
 from dataclasses import dataclass, field
 
@@ -62,7 +63,10 @@ FEDAVG_STRATEGY = "strategies.fedavg:FedAvgStrategy"
 _RUNTIME: dict[str, MethodDecl] = {}
 
 
+@functools.lru_cache(maxsize=1)
 def _declared() -> dict[str, MethodDecl]:
+    """The declarations of flcore.methods.MODULES, built once per process (the ClientApp looks a method up on
+    every message)."""
     from flcore.methods import declarations
 
     return {d.name: d for d in declarations()}
