@@ -8,17 +8,15 @@ the model evaluated as G-FL (the paper's "server model").
 
 from __future__ import annotations
 
-import math
 from collections import OrderedDict
-from typing import Any, Mapping, Sequence
+from typing import Mapping, Sequence
 
 import numpy as np
 
-from flcore.config import RunConfig
 from flcore.methods.feddyn import FedDynConfig
 from strategies.aggregation import deltas
-from strategies.base import ClientUpdate, FLStrategy
-from strategies.update_checks import average_non_float, is_float
+from strategies.base import ClientUpdate, FLStrategy, Params
+from strategies.tensor_state import TensorState, with_non_float
 
 Arrays = Mapping[str, np.ndarray]
 
@@ -39,29 +37,12 @@ def feddyn_server_update(theta: Arrays, locals_: Sequence[Arrays], h: Arrays, al
     return new_theta, new_h
 
 
-class FedDynStrategy(FLStrategy):
-    def __init__(self, cfg: RunConfig) -> None:
-        super().__init__(cfg)
-        self.alpha = cfg.section(FedDynConfig).alpha
-        self.h: "OrderedDict[str, np.ndarray]" = OrderedDict()
+class FedDynStrategy(TensorState, FLStrategy):
+    TENSOR_STATE = {"h": ("feddyn_h", "feddyn-h-norm")}  # h: float64, zero at start (Alg. 1)
+    h: "OrderedDict[str, np.ndarray]"
 
-    def aggregate(self, server_round: int, params, updates: list[ClientUpdate]):
-        if not self.h:
-            self.h = OrderedDict((k, np.zeros(np.shape(v), np.float64)) for k, v in params.items() if is_float(v))
-        theta, self.h = feddyn_server_update(params, [u.params for u in updates], self.h, self.alpha,
-                                             max(len(self.clients), len(updates)))
-        others = [k for k in params if k not in theta]
-        ints = average_non_float([u.params for u in updates], [1.0] * len(updates), others)
-        return OrderedDict((k, theta[k].astype(params[k].dtype) if k in theta else ints[k]) for k in params)
-
-    def round_metrics(self) -> dict[str, Any]:
-        return {"feddyn-h-norm": math.sqrt(sum(float(np.sum(v ** 2)) for v in self.h.values()))}
-
-    def state_dict(self) -> dict[str, Any]:
-        state = super().state_dict()
-        state["feddyn_h"] = {k: v.copy() for k, v in self.h.items()}
-        return state
-
-    def load_state_dict(self, state: dict[str, Any]) -> None:
-        super().load_state_dict(state)
-        self.h = OrderedDict((k, np.asarray(v, np.float64)) for k, v in state["feddyn_h"].items())
+    def aggregate(self, server_round: int, params: Params, updates: list[ClientUpdate]) -> Params:
+        self.init_tensors(params)
+        theta, self.h = feddyn_server_update(params, [u.params for u in updates], self.h,
+                                             self.cfg.section(FedDynConfig).alpha, max(len(self.clients), len(updates)))
+        return with_non_float(params, theta, [u.params for u in updates], [1.0] * len(updates))

@@ -8,19 +8,17 @@ to every sampled client as record ``scaffold-c`` (so SCAFFOLD sends two models' 
 
 from __future__ import annotations
 
-import math
 from collections import OrderedDict
-from typing import Any, Mapping, Sequence
+from typing import Mapping, Sequence
 
 import numpy as np
-from flwr.app import ArrayRecord, ConfigRecord, RecordDict
+from flwr.app import ArrayRecord
 
-from flcore.config import RunConfig
 from flcore.methods.scaffold import DELTA_C, SERVER_C, ScaffoldConfig
 from flcore.records import params_to_record, record_to_params
 from strategies.aggregation import apply_update, deltas
-from strategies.base import ClientUpdate, FLStrategy
-from strategies.update_checks import arrays_problem, cast_like, is_float, reject_updates
+from strategies.base import ClientUpdate, FLStrategy, Params
+from strategies.tensor_state import TensorState
 
 Arrays = Mapping[str, np.ndarray]
 
@@ -30,8 +28,7 @@ def scaffold_model_update(x: Arrays, ys: Sequence[Arrays], server_lr: float) -> 
     if not ys:
         raise ValueError("scaffold_model_update needs at least one client model")
     ds = [deltas(x, y) for y in ys]
-    mean_delta = OrderedDict((k, sum(d[k] for d in ds) / len(ds)) for k in x)
-    return apply_update(x, mean_delta, server_lr)
+    return apply_update(x, OrderedDict((k, sum(d[k] for d in ds) / len(ds)) for k in x), server_lr)
 
 
 def scaffold_variate_update(c: Arrays, delta_cs: Sequence[Arrays], num_clients: int) -> "OrderedDict[str, np.ndarray]":
@@ -51,55 +48,18 @@ def scaffold_variate_update(c: Arrays, delta_cs: Sequence[Arrays], num_clients: 
     return out
 
 
-class ScaffoldStrategy(FLStrategy):
-    def __init__(self, cfg: RunConfig) -> None:
-        super().__init__(cfg)
-        self.scfg = cfg.section(ScaffoldConfig)
-        self.c: "OrderedDict[str, np.ndarray]" = OrderedDict()  # float64, one entry per float tensor
-        self._like: "OrderedDict[str, np.ndarray]" = OrderedDict()
+class ScaffoldStrategy(TensorState, FLStrategy):
+    TENSOR_STATE = {"c": ("scaffold_c", "scaffold-c-norm")}  # c: float64, zero at start (Alg. 1)
+    REPLY_RECORDS = {DELTA_C: "c"}                            # every reply carries delta c_i shaped like c
+    c: "OrderedDict[str, np.ndarray]"
 
-    def _ensure_c(self, params: Arrays) -> None:
-        """c starts at zero (Alg. 1) for every floating-point tensor of the model."""
-        if not self.c:
-            self.c = OrderedDict((k, np.zeros(np.shape(v), np.float64)) for k, v in params.items() if is_float(v))
-        self._like = OrderedDict((k, np.asarray(params[k])) for k in self.c)
+    def client_records(self, server_round: int, cid: int) -> dict[str, ArrayRecord]:
+        return {SERVER_C: params_to_record(self.in_model_dtypes(self.c))}
 
-    def train_content(self, server_round: int, cid: int, params: Arrays,
-                      message_config: dict[str, Any] | None = None) -> RecordDict:
-        self._ensure_c(params)
-        return super().train_content(server_round, cid, params, message_config)
-
-    def client_records(self, server_round: int, cid: int) -> dict[str, ArrayRecord | ConfigRecord]:
-        return {SERVER_C: params_to_record(cast_like(self.c, self._like))}
-
-    def collect_updates(self, server_round, replies, reference, phase: str = "train"):
-        updates, rejected = super().collect_updates(server_round, replies, reference, phase)
-        self._ensure_c(reference)
-        return reject_updates(server_round, updates, rejected, self._delta_c_problem, phase)
-
-    def _delta_c_problem(self, u: ClientUpdate) -> str | None:
-        rec = u.records.get(DELTA_C)
-        if not isinstance(rec, ArrayRecord):
-            return f"SCAFFOLD record '{DELTA_C}' missing from the reply"
-        return arrays_problem(record_to_params(rec), self.c, DELTA_C)
-
-    def aggregate(self, server_round: int, params, updates: list[ClientUpdate]):
-        self._ensure_c(params)
-        new_params = scaffold_model_update(params, [u.params for u in updates], self.scfg.server_lr)
+    def aggregate(self, server_round: int, params: Params, updates: list[ClientUpdate]) -> Params:
+        self.init_tensors(params)
+        server_lr = self.cfg.section(ScaffoldConfig).server_lr
+        new_params = scaffold_model_update(params, [u.params for u in updates], server_lr)
         delta_cs = [record_to_params(u.records[DELTA_C]) for u in updates]
-        num_clients = max(len(self.clients), len(updates))
-        self.c = scaffold_variate_update(self.c, delta_cs, num_clients)
+        self.c = scaffold_variate_update(self.c, delta_cs, max(len(self.clients), len(updates)))
         return new_params
-
-    def round_metrics(self) -> dict[str, Any]:
-        norm = math.sqrt(sum(float(np.sum(v ** 2)) for v in self.c.values()))
-        return {"scaffold-c-norm": norm}
-
-    def state_dict(self) -> dict[str, Any]:
-        state = super().state_dict()
-        state["scaffold_c"] = {k: v.copy() for k, v in self.c.items()}
-        return state
-
-    def load_state_dict(self, state: dict[str, Any]) -> None:
-        super().load_state_dict(state)
-        self.c = OrderedDict((k, np.asarray(v, np.float64)) for k, v in state["scaffold_c"].items())

@@ -10,15 +10,16 @@ The state (``feddyn-grad``, zero at first participation) persists in the client'
 from __future__ import annotations
 
 from collections import OrderedDict
-from typing import Mapping, Sequence
+from typing import Mapping, Sequence, TypeVar
 
-import numpy as np
 import torch
-from torch import nn
 
-from client_app.trainers.base import Trainer, TrainJob, trainable_pairs
-from client_app.training import LossTerm, Step, TrainStats
+from client_app.trainers.base import Trainer, TrainJob
+from client_app.trainers.param_tensors import ParamPenalty, param_tensors, stored_tensors, to_numpy, trainable_copy
+from client_app.training import LossTerm, TrainStats
 from flcore.methods.feddyn import STATE_GRAD, FedDynConfig
+
+T = TypeVar("T")  # torch tensors in training, numpy arrays in tests
 
 
 def feddyn_regulariser(triples: Sequence[tuple[torch.Tensor, torch.Tensor, torch.Tensor]], alpha: float) -> torch.Tensor:
@@ -27,52 +28,24 @@ def feddyn_regulariser(triples: Sequence[tuple[torch.Tensor, torch.Tensor, torch
     return sum(-(g * w).sum() + 0.5 * alpha * (w - w_g).pow(2).sum() for w, w_g, g in triples)
 
 
-def feddyn_state_update(grad_state: Mapping[str, np.ndarray], local: Mapping[str, np.ndarray],
-                        server: Mapping[str, np.ndarray], alpha: float) -> "OrderedDict[str, np.ndarray]":
+def feddyn_state_update(grad_state: Mapping[str, T], local: Mapping[str, T], server: Mapping[str, T],
+                        alpha: float) -> "OrderedDict[str, T]":
     """grad L_k(theta_k^t) = grad L_k(theta_k^{t-1}) - alpha (theta_k^t - theta^{t-1}) (Alg. 1)."""
     return OrderedDict((k, grad_state[k] - alpha * (local[k] - server[k])) for k in grad_state)
-
-
-class FedDynTerm(LossTerm):
-    def __init__(self, global_params: Mapping[str, torch.Tensor], grad_state: Mapping[str, torch.Tensor],
-                 alpha: float) -> None:
-        self.global_params, self.grad_state, self.alpha = global_params, grad_state, float(alpha)
-        self._triples: list[tuple[torch.Tensor, torch.Tensor, torch.Tensor]] = []
-
-    def begin(self, model: nn.Module) -> None:
-        self._triples = [(p, g, self.grad_state[k].to(p.device, p.dtype))
-                         for k, p, g in trainable_pairs(model, self.global_params, "FedDyn")]
-
-    def loss(self, model: nn.Module, step: Step) -> torch.Tensor | None:
-        return feddyn_regulariser(self._triples, self.alpha)
 
 
 class FedDynTrainer(Trainer):
     def __init__(self, job: TrainJob) -> None:
         super().__init__(job)
         self.alpha = job.cfg.section(FedDynConfig).alpha
-        self.names = [k for k, p in job.model.named_parameters() if p.requires_grad]
-        self.grad_state = self._load_state()
-
-    def _load_state(self) -> "OrderedDict[str, np.ndarray]":
-        params = dict(self.job.model.named_parameters())
-        stored = self.job.state.get_arrays(STATE_GRAD)
-        if stored is None:
-            return OrderedDict((k, np.zeros(tuple(params[k].shape), np.float32)) for k in self.names)
-        for k in self.names:
-            if k not in stored or tuple(stored[k].shape) != tuple(params[k].shape):
-                raise ValueError(f"client {self.job.cid}: FedDyn state '{STATE_GRAD}' does not fit parameter '{k}'")
-        return OrderedDict((k, np.asarray(stored[k])) for k in self.names)
+        self.server = param_tensors(job.model, job.global_params, "FedDyn")  # theta^{t-1}
+        self.grad_state = stored_tensors(job, STATE_GRAD)
 
     def terms(self) -> list[LossTerm]:
-        grads = {k: torch.from_numpy(np.asarray(v)) for k, v in self.grad_state.items()}
-        return [FedDynTerm(self.job.global_params, grads, self.alpha)]
+        return [ParamPenalty(lambda triples: feddyn_regulariser(triples, self.alpha), self.server, self.grad_state)]
 
     def fit(self) -> TrainStats:
         stats = super().fit()
-        params = dict(self.job.model.named_parameters())
-        local = {k: params[k].detach().cpu().numpy() for k in self.names}
-        server = {k: torch.as_tensor(self.job.global_params[k]).detach().cpu().numpy() for k in self.names}
-        self.grad_state = feddyn_state_update(self.grad_state, local, server, self.alpha)
-        self.job.state.put_arrays(STATE_GRAD, self.grad_state)
+        self.grad_state = feddyn_state_update(self.grad_state, trainable_copy(self.job.model), self.server, self.alpha)
+        self.job.state.put_arrays(STATE_GRAD, to_numpy(self.grad_state))
         return stats
