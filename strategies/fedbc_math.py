@@ -87,6 +87,34 @@ def dual_weights(lambdas: Sequence[float], num_examples: Sequence[int]) -> tuple
     return n / n.sum(), True
 
 
+def uniform_average(params: Sequence[Mapping[str, np.ndarray]]) -> tuple["OrderedDict[str, np.ndarray]", np.ndarray]:
+    """z = (1/M) sum_k x_k over the M returned models: the ``fedbc-uniform`` control's server step (the same
+    local objective and dual updates as FedBC, without the dual weights of Eq. 12). Returns (z, weights)."""
+    if len(params) == 0:
+        raise ValueError("uniform averaging needs at least one set of parameters")
+    weights = np.full(len(params), 1.0 / len(params))
+    return weighted_average(params, weights), weights
+
+
+def weight_gaps(weights: Sequence[float], num_examples: Sequence[int]) -> dict[str, float]:
+    """How far the aggregation weights used are from the two textbook choices (L1 distances in [0, 2]):
+    ``vs-samples`` = sum_k |w_k - n_k / sum n| (FedAvg), ``vs-uniform`` = sum_k |w_k - 1/M|. Zero means the
+    dual weighting did nothing beyond that choice this round."""
+    w = np.asarray(weights, np.float64)
+    n = np.asarray(num_examples, np.float64)
+    if w.shape != n.shape or w.size == 0:
+        raise ValueError(f"need one weight per client, got {w.size} weights and {n.size} sizes")
+    return {"vs-samples": float(np.abs(w - n / n.sum()).sum()), "vs-uniform": float(np.abs(w - 1.0 / w.size).sum())}
+
+
+def stats(values: Sequence[float]) -> dict[str, float]:
+    """mean/min/max of a non-empty list (what results.json records per round for lambda and gamma)."""
+    v = np.asarray(values, np.float64)
+    if v.size == 0:
+        raise ValueError("stats of an empty list")
+    return {"mean": float(v.mean()), "min": float(v.min()), "max": float(v.max())}
+
+
 def dual_weighted_average(params: Sequence[Mapping[str, np.ndarray]], lambdas: Sequence[float],
                           num_examples: Sequence[int]) -> tuple["OrderedDict[str, np.ndarray]", np.ndarray, bool]:
     """z = sum_k lambda_k x_k / sum_k lambda_k (Eq. 12), with the sum-lambda = 0 fallback of :func:`dual_weights`.

@@ -25,9 +25,9 @@ from flcore.methods.fedbc import FedBCConfig
 from flcore.records import model_params
 from models import build_model
 from strategies.base import ClientInfo, ClientUpdate
-from strategies.fedbc import FedBCStrategy
+from strategies.fedbc import FedBCStrategy, FedBCUniformStrategy
 from strategies.fedbc_math import (dual_ascent, dual_weighted_average, dual_weights, gamma_step, project,
-                                   squared_distance)
+                                   squared_distance, stats, uniform_average, weight_gaps)
 
 
 def P(**arrays) -> "OrderedDict[str, np.ndarray]":
@@ -36,13 +36,14 @@ def P(**arrays) -> "OrderedDict[str, np.ndarray]":
 
 def run_cfg(**overrides) -> RunConfig:
     values = {"method": "fedbc", "dataset": "synthetic", "partition": "power-law", "model": "logistic",
-              "batch-size": 4, "lr": 0.1, "local-epochs": 1, "seed": 0}
+              "batch-size": 4, "lr": 0.1, "local-epochs": 1, "seed": 0, "local-test-fraction": 0.25,
+              "momentum": 0.0, "weight-decay": 0.0}
     values.update({k.replace("_", "-"): v for k, v in overrides.items()})
     return RunConfig.from_dict(values)
 
 
-def strategy(num_clients: int = 3, **fedbc) -> FedBCStrategy:
-    s = FedBCStrategy(run_cfg(**{f"fedbc.{k.replace('_', '-')}": v for k, v in fedbc.items()}))
+def strategy(num_clients: int = 3, cls=FedBCStrategy, **fedbc) -> FedBCStrategy:
+    s = cls(run_cfg(**{f"fedbc.{k.replace('_', '-')}": v for k, v in fedbc.items()}))
     for cid in range(num_clients):
         s.clients[cid] = ClientInfo(cid, 100 + cid, 10 * (cid + 1), [1, 1])
     return s
@@ -200,6 +201,69 @@ def test_round_metrics_vectors_and_state_dict_roundtrip():
         t.load_state_dict({"rng": state["rng"], "client_accuracy": {}})
 
 
+def test_weight_gaps_and_stats_hand_values():
+    g = weight_gaps([0.5, 0.25, 0.25], [10, 10, 20])
+    assert g["vs-samples"] == pytest.approx(0.25 + 0.0 + 0.25) and g["vs-uniform"] == pytest.approx(1 / 6 + 2 / 12)
+    assert weight_gaps([0.25, 0.75], [1, 3]) == {"vs-samples": 0.0, "vs-uniform": pytest.approx(0.5)}
+    assert stats([3.0, 1.0, 2.0]) == {"mean": 2.0, "min": 1.0, "max": 3.0}
+    with pytest.raises(ValueError, match="one weight per client"):
+        weight_gaps([1.0], [1, 2])
+    z, w = uniform_average([P(w=[1.0, 0.0]), P(w=[3.0, 6.0])])
+    np.testing.assert_allclose(z["w"], [2.0, 3.0])
+    np.testing.assert_allclose(w, [0.5, 0.5])
+
+
+def test_round_metrics_over_the_round_clients_trained_lambda_gaps_and_penalty():
+    s = strategy(3, eta_lambda=0.1, eta_gamma=0.1, lambda_momentum=0.0, lambda_init=0.2)
+    z = P(w=[0.0, 0.0])
+    x0, x2 = P(w=[1.0, 2.0]), P(w=[0.0, 1.0])                  # d = 5 and 1
+    z1 = s.aggregate(1, z, [upd(0, x0, 10), upd(2, x2, 30)])
+    m = s.round_metrics()
+    lam0, lam2 = 0.2 + 0.1 * 5, 0.2 + 0.1 * 1                 # gamma was 0 when they trained
+    assert m["fedbc-round-lambda-trained"] == [0.2, 0.2]
+    assert m["fedbc-round-lambda-mean"] == pytest.approx((lam0 + lam2) / 2)
+    assert m["fedbc-round-lambda-min"] == pytest.approx(lam2) and m["fedbc-round-lambda-max"] == pytest.approx(lam0)
+    assert m["fedbc-round-gamma-mean"] == pytest.approx(0.1 * 0.2)            # gamma += eta * old lambda
+    # every known client: client 1 (not sampled) is still at lambda-init
+    assert m["fedbc-lambda"] == pytest.approx([lam0, 0.2, lam2]) and m["fedbc-lambda-min"] == pytest.approx(0.2)
+    w = np.array([lam0, lam2]) / (lam0 + lam2)
+    assert m["fedbc-round-weights"] == pytest.approx(w.tolist())
+    assert m["fedbc-weights-l1-vs-samples"] == pytest.approx(abs(w[0] - 0.25) + abs(w[1] - 0.75))
+    assert m["fedbc-weights-l1-vs-uniform"] == pytest.approx(abs(w[0] - 0.5) + abs(w[1] - 0.5))
+    assert m["fedbc-penalty-mean"] == pytest.approx((0.2 * 5 + 0.2 * 1) / 2)
+    assert m["fedbc-aggregation"] == "dual-weighted" and m["fedbc-local-model-accuracy"] is None
+    np.testing.assert_allclose(z1["w"], w[0] * np.array([1.0, 2.0]) + w[1] * np.array([0.0, 1.0]), rtol=1e-6)
+
+
+def test_fedbc_uniform_averages_unweighted_with_the_same_dual_steps():
+    """The control: the plain mean of the returned models, lambda/gamma exactly as FedBC's."""
+    kw = dict(eta_lambda=0.05, eta_gamma=0.02, lambda_momentum=0.5)
+    bc, un = strategy(3, **kw), strategy(3, cls=FedBCUniformStrategy, **kw)
+    z = P(w=[0.0, 0.0, 0.0])
+    rounds = [[upd(0, P(w=[1.0, 2.0, 0.0]), 10), upd(1, P(w=[0.0, 1.0, 3.0]), 50), upd(2, P(w=[4.0, 0.0, 1.0]), 200)],
+              [upd(0, P(w=[2.0, 2.0, 1.0]), 10), upd(2, P(w=[0.0, -1.0, 2.0]), 200)]]
+    for rnd, ups in enumerate(rounds, 1):
+        za, zu = bc.aggregate(rnd, z, ups), un.aggregate(rnd, z, ups)
+        np.testing.assert_allclose(zu["w"], np.mean([u.params["w"] for u in ups], axis=0), rtol=1e-6)
+        assert not np.allclose(za["w"], zu["w"])                   # FedBC's lambdas are unequal here
+        for c in range(3):
+            assert vars(un.dual(c)) == pytest.approx(vars(bc.dual(c)))
+            assert un.client_config(rnd + 1, c) == bc.client_config(rnd + 1, c)
+        m = un.round_metrics()
+        assert m["fedbc-aggregation"] == "uniform" and m["fedbc-fallback"] == 0
+        assert m["fedbc-round-weights"] == pytest.approx([1 / len(ups)] * len(ups))
+        assert m["fedbc-weights-l1-vs-uniform"] == pytest.approx(0.0, abs=1e-12)
+    # lambda constant (eta = 0): FedBC is the plain mean too, so the two coincide
+    bc0, un0 = (strategy(3, cls=c, lambda_init=0.3, eta_lambda=0.0, eta_gamma=0.0)
+                for c in (FedBCStrategy, FedBCUniformStrategy))
+    np.testing.assert_array_equal(bc0.aggregate(1, z, rounds[0])["w"], un0.aggregate(1, z, rounds[0])["w"])
+    # lambda = 0 everywhere: FedBC falls back to sample weights, the control stays uniform
+    un00 = strategy(2, cls=FedBCUniformStrategy, lambda_init=0.0, eta_lambda=0.0)
+    zz = un00.aggregate(1, P(w=[0.0]), [upd(0, P(w=[1.0]), 10), upd(1, P(w=[4.0]), 30)])
+    np.testing.assert_allclose(zz["w"], [2.5])
+    assert un00.round_metrics()["fedbc-fallback"] == 0 and un00.round_metrics()["fedbc-aggregation"] == "uniform"
+
+
 @pytest.mark.parametrize("key,value,allowed", [("fedbc.eta-lambda", -1.0, ">= 0, finite"),
                                                ("fedbc.lambda-momentum", 1.0, ">= 0, < 1, finite"),
                                                ("fedbc.gamma-init", float("nan"), ">= 0, finite"),
@@ -296,6 +360,25 @@ def test_trainer_with_lambda_zero_is_fedavg_and_reports_the_distance():
     assert bc.metrics["fedbc-local-model-accuracy"] == bc.metrics["local-accuracy"]
 
 
+def test_no_local_test_split_reports_no_local_model_accuracy_and_the_server_logs_none():
+    """local-test-fraction = 0: the client trains on everything and omits fedbc-local-model-accuracy."""
+    cfg = run_cfg()
+    full = make_data()
+    data = ClientData(full.x_train, full.y_train, full.x_train[:0], full.y_train[:0], full.num_classes)
+    for cls in (FedBCTrainer, FedBCFineTuneTrainer, PerFedBCTrainer):
+        reply = cls(make_job(cfg, {"fedbc-lambda": 0.2, "fedbc-gamma": 0.0}, data)).run()
+        assert "fedbc-local-model-accuracy" not in reply.metrics
+        assert reply.metrics["fedbc-sq-dist"] > 0 and reply.metrics["num-examples"] == 12
+    s = strategy(2, eta_lambda=0.1)
+    ups = [ClientUpdate(c, P(w=[c + 1.0]), 10, {"num-examples": 10, "fedbc-sq-dist": (c + 1.0) ** 2}, {})
+           for c in range(2)]
+    s.aggregate(1, P(w=[0.0]), ups)
+    assert s.round_metrics()["fedbc-local-model-accuracy"] is None
+    ups[0].metrics["fedbc-local-model-accuracy"] = 0.5                      # one client with a split
+    s.aggregate(2, P(w=[0.0]), ups)
+    assert s.round_metrics()["fedbc-local-model-accuracy"] == 0.5
+
+
 def test_larger_lambda_keeps_the_local_model_closer_to_z():
     cfg = run_cfg(lr=0.05, local_epochs=5)
     dist = [FedBCTrainer(make_job(cfg, {"fedbc-lambda": lam, "fedbc-gamma": 0.0})).run().metrics["fedbc-sq-dist"]
@@ -389,7 +472,7 @@ def test_fedbc_simulation_learns_and_keeps_dual_invariants(tmp_path):
     from experiments.simulate import simulate
 
     doc = simulate({"method": "fedbc", "num-server-rounds": 4, "dataset": "synthetic", "partition": "power-law",
-                    "fraction-train": 0.5, "lr": 0.01, "batch-size": 20, "momentum": 0.5,
+                    "local-test-fraction": 0.25, "fraction-train": 0.5, "lr": 0.01, "batch-size": 20, "momentum": 0.5,
                     "federated-eval-every": 4, "out-dir": str(tmp_path)}, num_supernodes=6)
     rounds = doc["rounds"]
     assert len(rounds) == 4 and doc["final"]["num_clients"] == 6
@@ -417,3 +500,21 @@ def test_fedbc_simulation_learns_and_keeps_dual_invariants(tmp_path):
     assert rounds[-1]["global_loss"] < rounds[0]["global_loss"]
     assert doc["final"]["global_accuracy"] > 0.5 and rounds[-1]["local_accuracy"] is not None
     assert rounds[-1]["min_data_client_accuracy"] is not None
+
+
+@pytest.mark.slow
+def test_fedbc_uniform_end_to_end_without_local_test_split(tmp_path):
+    """local-test-fraction = 0 (no P-FL split): the control runs, averages uniformly, reports no local accuracy."""
+    from experiments.simulate import simulate
+
+    doc = simulate({"method": "fedbc-uniform", "num-server-rounds": 2, "dataset": "digits", "model": "mlp",
+                    "local-test-fraction": 0.0, "federated-eval-every": 0, "batch-size": 32,
+                    "out-dir": str(tmp_path)}, num_supernodes=4)
+    for r in doc["rounds"]:
+        s = r["strategy"]
+        assert s["fedbc-aggregation"] == "uniform" and s["fedbc-round-weights"] == pytest.approx([0.25] * 4)
+        assert s["fedbc-local-model-accuracy"] is None and r["local_accuracy"] is None
+        assert s["fedbc-round-lambda-min"] > 0 and s["fedbc-weights-l1-vs-samples"] > 0
+    assert doc["rounds"][-1]["strategy"]["fedbc-round-lambda-trained"] == pytest.approx(
+        doc["rounds"][0]["strategy"]["fedbc-lambda"])
+    assert doc["final"]["global_accuracy"] > 0.3

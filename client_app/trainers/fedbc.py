@@ -154,12 +154,15 @@ class FedBCTrainer(Trainer):
 
     def extra_metrics(self, stats: TrainStats) -> dict[str, float | int]:
         """||x_k - z||^2, the duals used, and the local model x_k's accuracy on the local test split
-        (equal to ``local-accuracy`` for FedBC; the un-adapted reference for the two variants)."""
+        (equal to ``local-accuracy`` for FedBC; the un-adapted reference for the two variants). Without a
+        local test split (local-test-fraction = 0) that accuracy is not reported (the server logs None)."""
         d = self.job.data
         with torch.no_grad():
             dist = float(squared_distance(self.job.model, self.penalty.anchor))
-        _, acc = evaluate(self.job.model, d.x_test, d.y_test)
-        return {SQ_DIST: dist, LAMBDA_KEY: self.lam, GAMMA_KEY: self.gamma, LOCAL_ACC: acc}
+        out: dict[str, float | int] = {SQ_DIST: dist, LAMBDA_KEY: self.lam, GAMMA_KEY: self.gamma}
+        if d.x_test.shape[0] > 0:
+            out[LOCAL_ACC] = evaluate(self.job.model, d.x_test, d.y_test)[1]
+        return out
 
 
 class FedBCFineTuneTrainer(FedBCTrainer):
