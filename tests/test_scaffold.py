@@ -90,8 +90,8 @@ def _client_round(option: str, c_value: float, c_i_value: float, **cfg_over):
 
 def test_one_full_batch_step_makes_options_I_and_II_agree_on_the_local_gradient():
     # One plain-SGD step on the full batch: y = x - lr (g - c_i + c), so option II gives
-    # c_i - c + (g - c_i + c) = g, which is option I's full local gradient.
-    over = dict(batch_size=64, max_local_steps=1, momentum=0.0)
+    # c_i - c + (g - c_i + c) = g, which is option I's full local gradient (of the loss alone: no weight decay).
+    over = dict(batch_size=64, max_local_steps=1, momentum=0.0, weight_decay=0.0)
     tr1, c1, r1 = _client_round("I", 0.3, -0.2, **over)
     tr2, c2, r2 = _client_round("II", 0.3, -0.2, **over)
     for k in c1:
@@ -108,8 +108,9 @@ def test_option_II_matches_formula_after_several_steps():
     y = record_to_params(reply["arrays"])
     steps = int(reply["metrics"]["local-steps"])
     assert steps == 6  # 24 samples, batch 8, 2 epochs
+    scale = 0.1 * momentum_step_sum(steps, tr.cfg.momentum)  # = steps * lr without momentum
     for k in c_new:
-        expected = 0.05 - 0.1 + (x[k].numpy() - y[k]) / (steps * 0.1)
+        expected = 0.05 - 0.1 + (x[k].numpy() - y[k]) / scale
         np.testing.assert_allclose(c_new[k], expected, rtol=1e-4, atol=1e-5)
 
 
