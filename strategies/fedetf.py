@@ -1,17 +1,22 @@
-"""Neural-collapse FL, server side: FedAvg + global memory vectors (GMV). Seed 004, Alg. 1.
+"""Neural-collapse FL, server side: averaging + global memory vectors (GMV). Seed 004, Alg. 1.
 
 The fixed simplex-ETF classifier is the model's head (``models/heads.py``): it travels as a buffer in the
 state dict and is identical on every client; this strategy pins it after averaging so it can never drift.
-GMV: every sampled client reports its per-class feature means m_kc and counts n_kc (record
-``class-means``) from round R_warm - 1 on; the server keeps
+The backbone is averaged uniformly, theta^t = (1/K) sum_{k in S_t} theta_k^t (Alg. 1, last line, K = |S_t|);
+``fedetf.aggregation = samples`` weights by n_k instead.
+GMV: every sampled client reports its per-class feature means m_kc and counts n_kc (record ``class-means``)
+from round R_warm - 1 on; the server computes (Alg. 1, the mu_j^t line)
 
-    mu_c^t = (1/|S_t^c|) sum_{k in S_t^c} m_kc,   S_t^c = sampled clients that hold class c    (Alg. 1)
+    mu_c^t = (1/|S_t|) sum_{k in S_t} m_kc,   m_kc = 0 for a client without class c   (``sampled``)
 
-(``fedetf-gmv-weighting = samples``: sum_k n_kc m_kc / sum_k n_kc instead). A class no sampled client
-holds keeps its previous memory vector (the "memory"); a class never seen has none, and clients train it
-on h = f. From round R_warm on, mu^{t-1} is sent to every sampled client (record ``etf-memory``).
-Method ``fedetf`` = this strategy + ETF head; ``fedgmv`` = this strategy with the run config's head
-(linear: the paper's "+GMV" ablation). "+ETF" alone is ``method = fedavg, head = etf``.
+so a class held by few of the round's clients gets a shorter memory vector, and a class none of them holds gets
+0 (that is, h = f). Options that keep a memory across rounds: ``clients`` averages over the clients holding c,
+mu_c = (1/|S_t^c|) sum_{k in S_t^c} m_kc, ``samples`` weights by n_kc; with both, a class no sampled client
+holds keeps its previous vector. From round R_warm on, mu^{t-1} is sent to every sampled client (record
+``etf-memory``). Method ``fedetf`` = this strategy + ETF head; ``fedgmv`` = this strategy with the run
+config's head (linear: the paper's "+GMV" ablation). "+ETF" alone is ``method = fedavg, head = etf``.
+results.json records per round whether GMV is active, the warm-up round, the classes with a memory vector,
+the mean norm of those vectors and their cosine with the classifier's class vectors.
 """
 
 from __future__ import annotations
@@ -26,6 +31,7 @@ from flcore.config import RunConfig
 from flcore.methods.fedetf import ACTIVE_KEY, MEANS_RECORD, MEMORY_RECORD, REPORT_KEY, FedETFConfig
 from flcore.records import params_to_record, record_to_params
 from models import head_name
+from strategies.aggregation import weighted_average
 from strategies.base import ClientUpdate, FLStrategy, Params
 
 log = logging.getLogger("noniid_fl")
@@ -40,34 +46,41 @@ def warmup_round(fraction: float, num_rounds: int) -> int:
 
 
 def average_class_means(means: np.ndarray, counts: np.ndarray,
-                        weighting: str = "clients") -> tuple[np.ndarray, np.ndarray]:
-    """Global memory vectors of one round from the sampled clients' class means (seed 004, Alg. 1).
+                        weighting: str = "sampled") -> tuple[np.ndarray, np.ndarray]:
+    """Global memory vectors of one round from the K reporting clients' class means (seed 004, Alg. 1).
 
     means: (K, C, d) client class means m_kc; counts: (K, C) sample counts n_kc.
-    ``clients``: mu_c = (1/|S^c|) sum_{k in S^c} m_kc over the clients with n_kc > 0 (absent classes are
+    ``sampled``: mu_c = (1/K) sum_k m_kc with m_kc = 0 where n_kc = 0 (Alg. 1: the sum over S_t divided by
+    |S_t|); ``clients``: mu_c = (1/|S^c|) sum_{k in S^c} m_kc over the clients with n_kc > 0 (absent classes are
     skipped, not averaged in as zeros); ``samples``: mu_c = sum_k n_kc m_kc / sum_k n_kc.
-    Returns (mu (C, d) float64, present (C,) bool); rows of classes no client holds are zero.
+    Returns (mu (C, d) float64, present (C,) bool: some client holds c); rows of classes no client holds are 0.
     """
     means = np.asarray(means, np.float64)
     counts = np.asarray(counts)
-    if means.ndim != 3 or counts.shape != means.shape[:2]:
-        raise ValueError(f"class means must be (K, C, d) with counts (K, C), got {means.shape} and {counts.shape}")
-    if weighting == "clients":
-        w = (counts > 0).astype(np.float64)
+    if means.ndim != 3 or counts.shape != means.shape[:2] or means.shape[0] == 0:
+        raise ValueError(f"class means must be (K, C, d) with counts (K, C), K >= 1, got {means.shape} and "
+                         f"{counts.shape}")
+    held = (counts > 0).astype(np.float64)
+    if weighting == "sampled":
+        w, total = held, np.full(means.shape[1], float(means.shape[0]))
+    elif weighting == "clients":
+        w = held
+        total = w.sum(axis=0)
     elif weighting == "samples":
         w = counts.astype(np.float64)
+        total = w.sum(axis=0)
     else:
         raise ValueError(f"unknown GMV weighting '{weighting}'")
-    total = w.sum(axis=0)                                   # (C,)
-    present = total > 0
-    mu = np.einsum("kc,kcd->cd", w, means) / np.where(present, total, 1.0)[:, None]
+    present = held.sum(axis=0) > 0                          # (C,)
+    mu = np.einsum("kc,kcd->cd", w, means) / np.where(total > 0, total, 1.0)[:, None]
     return mu, present
 
 
 def update_memory(memory: np.ndarray | None, valid: np.ndarray | None, mu: np.ndarray,
-                  present: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
-    """mu_c^t for the classes seen this round; mu_c^{t-1} kept for the others."""
-    if memory is None or valid is None:
+                  present: np.ndarray, keep_unseen: bool = True) -> tuple[np.ndarray, np.ndarray]:
+    """mu_c^t for the classes seen this round; for the others mu_c^{t-1} (``keep_unseen``) or nothing (the
+    ``sampled`` weighting of Alg. 1 replaces the whole memory every round)."""
+    if memory is None or valid is None or not keep_unseen:
         memory, valid = np.zeros_like(mu), np.zeros(mu.shape[0], dtype=bool)
     if memory.shape != mu.shape:
         raise ValueError(f"memory vectors changed shape: {memory.shape} -> {mu.shape}")
@@ -88,7 +101,7 @@ def classifier_cosines(memory: np.ndarray, valid: np.ndarray, classifier: np.nda
 
 # ------------------------------------------------------------------------------------------ strategy
 class FedETFStrategy(FLStrategy):
-    """FedAvg + the fixed ETF head kept exact + global memory vectors."""
+    """Uniform (or n_k-weighted) averaging + the fixed ETF head kept exact + global memory vectors."""
 
     def __init__(self, cfg: RunConfig) -> None:
         super().__init__(cfg)
@@ -117,14 +130,20 @@ class FedETFStrategy(FLStrategy):
 
     # --- aggregation ------------------------------------------------------------------------------
     def aggregate(self, server_round: int, params: Params, updates: list[ClientUpdate]) -> Params:
-        new = super().aggregate(server_round, params, updates)
+        if self.ecfg.aggregation == "uniform":
+            new = weighted_average([u.params for u in updates], [1.0] * len(updates))
+        else:
+            new = super().aggregate(server_round, params, updates)
         if self.etf_head and HEAD_KEY in params:
             new[HEAD_KEY] = params[HEAD_KEY].copy()  # W* is fixed: never let averaging round it
-        self._metrics = {"gmv-active": int(self.gmv_active(server_round))}
+        self._metrics = {"gmv-active": int(self.gmv_active(server_round)), "gmv-warm-round": self.warm_round,
+                         "fedetf-aggregation": self.ecfg.aggregation}
         if server_round >= self.warm_round - 1:
             self._update_memory(server_round, updates, new)
-        if self.memory_valid is not None:
-            self._metrics["gmv-classes"] = int(self.memory_valid.sum())
+        valid = self.memory_valid
+        self._metrics["gmv-classes"] = int(valid.sum()) if valid is not None else 0
+        self._metrics["gmv-norm"] = (float(np.linalg.norm(self.memory[valid], axis=1).mean())
+                                     if valid is not None and valid.any() else None)
         return new
 
     def _update_memory(self, server_round: int, updates: list[ClientUpdate], params: Params) -> None:
@@ -133,14 +152,15 @@ class FedETFStrategy(FLStrategy):
         self._metrics["gmv-rejected"] = bad
         if not means:
             return
-        mu, present = average_class_means(np.stack(means), np.stack(counts), self.ecfg.gmv_weighting)
-        self.memory, self.memory_valid = update_memory(self.memory, self.memory_valid, mu, present)
+        weighting = self.ecfg.gmv_weighting
+        mu, present = average_class_means(np.stack(means), np.stack(counts), weighting)
+        self.memory, self.memory_valid = update_memory(self.memory, self.memory_valid, mu, present,
+                                                       keep_unseen=weighting != "sampled")
         self.memory_round = server_round
-        self._metrics["gmv-norm"] = float(np.linalg.norm(self.memory[self.memory_valid], axis=1).mean())
         weight = params.get(HEAD_KEY)
         if weight is not None:
             rows = weight.T if self.etf_head else weight  # ETF buffer is (d, C); nn.Linear weight is (C, d)
-            if rows.shape == self.memory.shape:
+            if rows.shape == self.memory.shape and self.memory_valid.any():
                 self._metrics["gmv-classifier-cos"] = float(
                     classifier_cosines(self.memory, self.memory_valid, rows).mean())
 

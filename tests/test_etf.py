@@ -249,7 +249,26 @@ def test_average_class_means_skips_absent_classes():
     np.testing.assert_allclose(mu_s[1], [7.0, 7.0])
     # equal counts: both weightings agree
     eq = np.array([[3, 0, 0], [3, 0, 0], [3, 3, 0]])
-    np.testing.assert_allclose(average_class_means(means, eq, "samples")[0], average_class_means(means, eq)[0])
+    np.testing.assert_allclose(average_class_means(means, eq, "samples")[0],
+                               average_class_means(means, eq, "clients")[0])
+
+
+def test_gmv_divides_by_the_number_of_sampled_clients_by_default():
+    """Alg. 1: mu_j^t = (1/|S_t|) sum_{k in S_t} (class-j mean of client k); a client without class j adds 0."""
+    means = np.array([[[1.0, 1.0], [0.0, 0.0], [0.0, 0.0]],
+                      [[3.0, 5.0], [0.0, 0.0], [0.0, 0.0]],
+                      [[5.0, 0.0], [7.0, 7.0], [0.0, 0.0]]])
+    counts = np.array([[2, 0, 0], [1, 0, 0], [1, 4, 0]])
+    assert FedETFConfig().gmv_weighting == "sampled"
+    mu, present = average_class_means(means, counts)                       # the default: "sampled"
+    np.testing.assert_allclose(mu, [[3.0, 2.0], [7.0 / 3, 7.0 / 3], [0.0, 0.0]])   # class 1: 7 / |S_t| = 7 / 3
+    assert present.tolist() == [True, True, False]
+    # a client's (garbage) row for a class it does not hold never enters the sum
+    noisy = means.copy()
+    noisy[0, 1] = [100.0, -100.0]
+    np.testing.assert_allclose(average_class_means(noisy, counts, "sampled")[0], mu)
+    with pytest.raises(ValueError, match="unknown GMV weighting"):
+        average_class_means(means, counts, "median")
 
 
 def test_update_memory_keeps_unseen_classes():
@@ -259,6 +278,11 @@ def test_update_memory_keeps_unseen_classes():
     mem, valid = update_memory(mem, valid, np.array([[9.0], [0.0], [4.0]]), np.array([True, False, True]))
     np.testing.assert_allclose(mem, [[9.0], [2.0], [4.0]])
     assert valid.tolist() == [True, True, True]
+    # the paper's weighting replaces the memory: a class nobody holds this round has none (h = f for it)
+    mem, valid = update_memory(mem, valid, np.array([[1.0], [0.0], [0.0]]), np.array([True, False, False]),
+                               keep_unseen=False)
+    np.testing.assert_allclose(mem, [[1.0], [0.0], [0.0]])
+    assert valid.tolist() == [True, False, False]
 
 
 def test_warmup_round_and_classifier_cosines():
@@ -276,7 +300,8 @@ def _report(means: np.ndarray, counts) -> ArrayRecord:
 
 
 def test_strategy_memory_flow_state_and_bad_reports():
-    cfg = make_cfg(**{"num-server-rounds": 10, "fedetf.warmup-fraction": 0.5})  # R_warm = 5
+    cfg = make_cfg(**{"num-server-rounds": 10, "fedetf.warmup-fraction": 0.5,   # R_warm = 5
+                      "fedetf.gmv-weighting": "clients"})                         # the memory keeps unseen classes
     s = FedETFStrategy(cfg)
     ref = model_params(build_model(cfg, (D_IN,), C))
     d = 200
@@ -313,16 +338,66 @@ def test_strategy_memory_flow_state_and_bad_reports():
     assert s.round_metrics()["gmv-active"] == 1
 
 
+def _ups(ref, reports):
+    return [ClientUpdate(i, ref, 5, {}, {MEANS_RECORD: _report(m, c)}) for i, (m, c) in enumerate(reports)]
+
+
+def test_default_strategy_follows_alg1_memory_over_s_t_and_uniform_backbone_average():
+    cfg = make_cfg(**{"num-server-rounds": 10, "fedetf.warmup-fraction": 0.3})   # R_warm = 3
+    s = FedETFStrategy(cfg)
+    assert (s.ecfg.gmv_weighting, s.ecfg.aggregation, s.warm_round) == ("sampled", "uniform", 3)
+    ref = model_params(build_model(cfg, (D_IN,), C))
+    d = ref["head.weight"].shape[0]
+    x0 = OrderedDict((k, v + 1.0) for k, v in ref.items())
+    x1 = OrderedDict((k, v + 4.0) for k, v in ref.items())
+    new = s.aggregate(1, ref, [ClientUpdate(0, x0, 10, {}, {}), ClientUpdate(1, x1, 90, {}, {})])
+    for k in ref:
+        if k == "head.weight":                                   # W* pinned
+            np.testing.assert_array_equal(new[k], ref[k])
+        else:                                                    # (x0 + x1) / 2, not (10 x0 + 90 x1) / 100
+            np.testing.assert_allclose(new[k], ref[k] + 2.5, rtol=1e-6, atol=1e-6)
+    m = s.round_metrics()
+    assert m == {"gmv-active": 0, "gmv-warm-round": 3, "fedetf-aggregation": "uniform", "gmv-classes": 0,
+                 "gmv-norm": None}
+    # round 2 (= R_warm - 1): 3 reports; class 0 held by all, class 1 by one, class 2 by two, class 3 by none
+    a, b, c = (np.zeros((C, d)) for _ in range(3))
+    a[0], a[1] = 3.0, 6.0
+    b[0], b[2] = 6.0, 2.0
+    c[0], c[2] = 0.0, 4.0
+    s.aggregate(2, ref, _ups(ref, [(a, [1, 1, 0, 0]), (b, [1, 0, 1, 0]), (c, [1, 0, 1, 0])]))
+    np.testing.assert_allclose(s.memory[:, 0], [3.0, 2.0, 2.0, 0.0])      # (3+6+0)/3, 6/3, (2+4)/3, -
+    assert s.memory_valid.tolist() == [True, True, True, False]
+    m = s.round_metrics()
+    assert m["gmv-active"] == 0 and m["gmv-classes"] == 3 and m["gmv-reports"] == 3
+    assert m["gmv-norm"] == pytest.approx(np.mean([3.0, 2.0, 2.0]) * math.sqrt(d))
+    # round 3: GMV on; one client reports only class 3 -> the memory is replaced (Alg. 1 has no carry-over)
+    assert s.client_config(3, 0)[ACTIVE_KEY]
+    e = np.zeros((C, d))
+    e[3] = 8.0
+    s.aggregate(3, ref, _ups(ref, [(e, [0, 0, 0, 5])]))
+    np.testing.assert_allclose(s.memory[:, 0], [0.0, 0.0, 0.0, 8.0])
+    assert s.memory_valid.tolist() == [False, False, False, True]
+    assert s.round_metrics()["gmv-active"] == 1 and s.round_metrics()["gmv-classes"] == 1
+    # option: n_k-weighted backbone average
+    w = FedETFStrategy(make_cfg(**{"fedetf.aggregation": "samples"}))
+    new = w.aggregate(1, ref, [ClientUpdate(0, x0, 10, {}, {}), ClientUpdate(1, x1, 90, {}, {})])
+    k = next(k for k in ref if k != "head.weight")
+    np.testing.assert_allclose(new[k], ref[k] + 0.1 * 1.0 + 0.9 * 4.0, rtol=1e-6, atol=1e-6)
+
+
 def test_config_defaults_match_pyproject_and_errors_name_the_key():
     with open(PROJECT_ROOT / "pyproject.toml", "rb") as fh:
         table = flatten_dict(tomllib.load(fh)["tool"]["flwr"]["app"]["config"])
     defaults = FedETFConfig()
-    for key in ("fedetf.alpha", "fedetf.warmup-fraction", "fedetf.gmv-weighting", "fedetf.gmv-features"):
+    for key in ("fedetf.alpha", "fedetf.warmup-fraction", "fedetf.gmv-weighting", "fedetf.gmv-features",
+                "fedetf.aggregation"):
         assert table[key] == getattr(defaults, key.split(".")[1].replace("-", "_"))
-    assert defaults.alpha == 0.5
+    assert (defaults.alpha, defaults.warmup_fraction, defaults.gmv_weighting, defaults.aggregation) == (
+        0.5, 0.9, "sampled", "uniform")
     for key, bad, allowed in (("fedetf.alpha", -1.0, ">= 0, finite"),
                               ("fedetf.warmup-fraction", 1.5, ">= 0, <= 1, finite"),
-                              ("fedetf.gmv-weighting", "median", "one of clients, samples"),
+                              ("fedetf.gmv-weighting", "median", "one of sampled, clients, samples"),
+                              ("fedetf.aggregation", "median", "one of uniform, samples"),
                               ("fedetf.gmv-features", "h", "one of final, train")):
         with pytest.raises(ConfigError, match=re.escape(f"run-config key '{key}' got {bad!r}; allowed: {allowed}")):
             FedETFConfig.parse({key: bad})
@@ -371,15 +446,18 @@ def test_fedetf_simulation_end_to_end(tmp_path):
     out = tmp_path / "run"
     doc = simulate({"method": "fedetf", "dataset": "digits", "partition": "classes", "classes-per-client": 2,
                     "samples-per-class": 30, "num-server-rounds": 4, "fedetf.warmup-fraction": 0.5,
-                    "local-epochs": 2, "batch-size": 10, "lr": 0.05, "momentum": 0.9,
+                    "local-epochs": 2, "batch-size": 10, "lr": 0.02, "momentum": 0.9, "local-test-fraction": 0.0,
                     "federated-eval-every": 0, "out-dir": str(out), "seed": 3}, num_supernodes=10)
     rounds = doc["rounds"]
     strat = [r["strategy"] for r in rounds]
     assert [s["gmv-active"] for s in strat] == [0, 1, 1, 1]          # R_warm = round(0.5 * 4) = 2
+    assert all(s["gmv-warm-round"] == 2 and s["fedetf-aggregation"] == "uniform" for s in strat)
     assert all(s["gmv-reports"] == r["num_updates"] for s, r in zip(strat, rounds))
-    assert all(1 <= s["gmv-classes"] <= 10 for s in strat)
+    # every class is held by 2 of the 10 clients: each has a memory vector, 1/5 of its holders' mean feature
+    assert all(s["gmv-classes"] == 10 and s["gmv-norm"] > 0 for s in strat)
     accs = [r["global_accuracy"] for r in rounds]
-    assert max(accs) > 0.5 and accs[-1] > accs[0] - 0.05               # learns (chance is 0.1)
+    assert accs[-1] > 0.7 and accs[-1] > accs[0]                      # learns (chance is 0.1)
+    assert all(r["local_accuracy"] is None for r in rounds)           # no local test split
     final = torch.load(out / "final_model.pt")
     cfg = RunConfig.from_dict(resolve_run_config(doc["run_config"]))
     w = final["head.weight"]

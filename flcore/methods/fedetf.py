@@ -1,13 +1,14 @@
 """Neural-collapse FL (seed 004): a fixed simplex-ETF classifier (head='etf', usable with any method) and
-global memory vectors mu_c averaged over the sampled clients, added to the features as h = f + alpha mu_y
-from round R_warm on (paper Alg. 1)."""
+global memory vectors mu_c = (1/|S_t|) sum over the sampled clients of their class means, added to the
+features as h = f + alpha mu_y from round R_warm on; the backbone is averaged uniformly (paper Alg. 1)."""
 
 from dataclasses import dataclass
 
 from flcore.registry import MethodDecl, Payload
 from flcore.schema import Section, param
 
-GMV_WEIGHTINGS = ("clients", "samples")
+GMV_WEIGHTINGS = ("sampled", "clients", "samples")
+AGGREGATIONS = ("uniform", "samples")
 GMV_FEATURES = ("final", "train")
 ACTIVE_KEY = "fedetf-gmv-active"      # config: train on h = f + alpha*mu_y this round
 REPORT_KEY = "fedetf-report-means"    # config: report class means + counts this round
@@ -18,15 +19,22 @@ MEANS_RECORD = "class-means"          # ArrayRecord {"means": (C, d) float32, "c
 @dataclass(frozen=True)
 class FedETFConfig(Section):
     NAME = "fedetf"
-    alpha: float = param(0.5, "alpha in h = f + alpha mu_y (Alg. 1; Table 3 tries 0.1, 0.5, 1.0)", ge=0,
-                         old="fedetf-alpha")
+    alpha: float = param(0.5, "alpha in h = f + alpha mu_y (Alg. 1; Table 3 tries 0.1, 0.5, 1.0, Sec. 5.3.3 "
+                              "suggests [0.5, 1]; 0.5 gives Table 1's C10-100-5 figure)", ge=0, old="fedetf-alpha")
     warmup_fraction: float = param(0.9, "R_warm / R: memory vectors are used from round round(fraction R) on "
-                                        "(Table 3 best at 900 of 1000)", ge=0, le=1, old="fedetf-warmup-fraction")
-    gmv_weighting: str = param("clients", "mu_c = mean over the sampled clients holding class c (clients) or "
-                                          "count-weighted (samples)", choices=GMV_WEIGHTINGS,
-                               old="fedetf-gmv-weighting")
+                                        "(Table 1's C10-100-2 and C10-100-5 figures use R_warm = 900 of 1000 "
+                                        "rounds, Table 3; Sec. 5.3.3: the warm-up should be long)", ge=0, le=1,
+                                   old="fedetf-warmup-fraction")
+    gmv_weighting: str = param("sampled", "mu_c = (1/|S_t|) sum over the round's clients of their class-c means, "
+                                          "a client without class c adding 0 (sampled: Alg. 1, replaced every "
+                                          "round); the mean over the clients holding c (clients) or count-"
+                                          "weighted (samples), both keeping mu_c of an unseen class",
+                               choices=GMV_WEIGHTINGS, old="fedetf-gmv-weighting")
     gmv_features: str = param("final", "class means from the final local model (final) or accumulated "
                                        "during training (train)", choices=GMV_FEATURES, old="fedetf-gmv-features")
+    aggregation: str = param("uniform", "backbone averaging: the plain mean of the round's models (uniform: Alg. 1, "
+                                        "theta = (1/K) sum_k theta_k) or n_k-weighted (samples)",
+                             choices=AGGREGATIONS)
 
 
 PAPER = "Huang et al., Neural Collapse Inspired FL with Non-iid Data (fixed ETF classifier + memory vectors)"
