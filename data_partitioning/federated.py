@@ -1,8 +1,9 @@
 """From run config to one client's arrays, and to the server's global test set.
 
 ``client_arrays(cfg, cid, num_partitions)``: partition the pool (cached per process and per setting, so
-a Ray worker partitions once, not every round), take client ``cid``'s part, split it 75/25 into local
-train/test (seeded by (seed, cid)). ``rotated-mnist`` rotates client k's images by k * rotation-step-deg.
+a Ray worker partitions once, not every round), take client ``cid``'s part, hold out ``local-test-fraction``
+of it as the client's local test split (P-FL; 0 = none, every sample trains) and then ``validation-fraction`` of
+the rest as its validation split (hyper-parameter tuning; never trained on), both seeded by (seed, cid). ``rotated-mnist`` rotates client k's images by k * rotation-step-deg.
 ``synthetic`` generates client k's data directly. ``node_arrays(path)`` reads a node-local ``.npz`` for
 deployments (see docs/DEPLOYMENT.md for the format).
 """
@@ -28,6 +29,8 @@ class ClientArrays:
     x_test: np.ndarray
     y_test: np.ndarray
     num_classes: int
+    x_val: np.ndarray | None = None
+    y_val: np.ndarray | None = None
 
 
 def _pool(cfg: RunConfig):
@@ -76,6 +79,15 @@ def client_angle(cfg: RunConfig, cid: int) -> float:
     return (cid * cfg.rotation_step_deg) % 360.0
 
 
+def held_out_fraction(cfg: RunConfig) -> float:
+    """Share of a client's partition held out as its local test split: ``local-test-fraction``, except for
+    ``synthetic``, whose test set is by definition (FedProx) the union of per-client held-out parts: there it is
+    ``local-test-fraction`` if set, else ``global-test-fraction``."""
+    if cfg.dataset == "synthetic" and cfg.local_test_fraction == 0:
+        return cfg.global_test_fraction
+    return cfg.local_test_fraction
+
+
 def client_arrays(cfg: RunConfig, cid: int, num_partitions: int) -> ClientArrays:
     if not 0 <= cid < num_partitions:
         raise DatasetError(f"partition-id {cid} is out of range for num-partitions={num_partitions}")
@@ -89,8 +101,18 @@ def client_arrays(cfg: RunConfig, cid: int, num_partitions: int) -> ClientArrays
         if cfg.dataset == "rotated-mnist":
             x = rotate(x, client_angle(cfg, cid))
         num_classes = pool.num_classes
-    tr, te = P.local_split(len(y), cfg.local_test_fraction, np.random.default_rng([int(cfg.seed), int(cid), 0x5917]))
-    return ClientArrays(x[tr], y[tr], x[te], y[te], num_classes)
+    tr, te = P.local_split(len(y), held_out_fraction(cfg), np.random.default_rng([int(cfg.seed), int(cid), 0x5917]))
+    keep, val = P.local_split(len(tr), cfg.validation_fraction, np.random.default_rng([int(cfg.seed), int(cid), 0x7A11]))
+    tr, va = tr[keep], tr[val]
+    return ClientArrays(x[tr], y[tr], x[te], y[te], num_classes, x[va], y[va])
+
+
+def validation_set(cfg: RunConfig, num_clients: int) -> tuple[np.ndarray, np.ndarray]:
+    """The union of the clients' validation splits (``validation-fraction`` of each client's training data):
+    what tuning selects on. Only a simulation can build it (the server derives every client's split from the
+    seed); empty when validation-fraction is 0."""
+    parts = [client_arrays(cfg, cid, num_clients) for cid in range(num_clients)]
+    return np.concatenate([a.x_val for a in parts]), np.concatenate([a.y_val for a in parts])
 
 
 def global_test_set(cfg: RunConfig, num_clients: int) -> tuple[np.ndarray, np.ndarray]:

@@ -145,7 +145,10 @@ def power_law(labels: np.ndarray, num_clients: int, exponent: float, rng: np.ran
 
 
 def local_split(n: int, test_fraction: float, rng: np.random.Generator) -> tuple[np.ndarray, np.ndarray]:
-    """A client's own train/test split (positions into its partition), at least one sample in each."""
+    """A client's own train/held-out split (positions into its partition). ``test_fraction = 0``: nothing is
+    held out (every sample trains); otherwise at least one sample on each side."""
+    if test_fraction <= 0:
+        return np.arange(n), np.arange(0)
     perm = rng.permutation(n)
     n_test = min(max(1, int(round(test_fraction * n))), n - 1) if n > 1 else 0
     return np.sort(perm[n_test:]), np.sort(perm[:n_test])

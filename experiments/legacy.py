@@ -12,6 +12,12 @@ from typing import Any, Mapping
 from flcore.config import ConfigError, all_specs
 
 
+# (current key, former value) -> current value, for choices renamed since results were recorded
+RENAMED_VALUES: dict[tuple[str, Any], Any] = {
+    ("fedrane.lra-eval", "relational"): "transductive",  # the graph spans the evaluation batch (issue 19)
+}
+
+
 def renamed_keys() -> dict[str, str]:
     """Former flat key -> current key, for every declared field that was renamed."""
     return {spec.old: spec.key for spec in all_specs().values() if spec.old}
@@ -32,5 +38,5 @@ def current_run_config(recorded: Mapping[str, Any], source: str = "run config") 
                               "of one (see the `old=` of the declarations in flcore/methods/)")
         if new in out:
             raise ConfigError(f"{source}: '{new}' is recorded twice (as '{key}' and under its other name)")
-        out[new] = value
+        out[new] = RENAMED_VALUES.get((new, value), value)
     return out

@@ -16,6 +16,7 @@ from dataclasses import dataclass, field, fields
 from pathlib import Path
 from typing import Any, Mapping, TypeVar
 
+from flcore.presets import apply_preset, get_preset, resolve_with_preset
 from flcore.schema import ConfigError, KeySpec, Section, check_bounds, coerce, param
 
 __all__ = ["ConfigError", "RunConfig", "resolve_run_config", "all_specs", "DATASETS", "PARTITIONS", "MODELS",
@@ -38,6 +39,8 @@ class CommonConfig(Section):
 
     # --- run
     method: str = param("fedavg", "the FL method (`noniid-fl methods` lists them)")
+    preset: str = param("", "a paper's setting, '<paper>-<setting>' (`noniid-fl methods` lists them): sets "
+                            "every value the paper states; keys you set to non-default values win")
     seed: int = param(0, "seed of data split, partitions, sampling and model init", ge=0)
     num_server_rounds: int = param(10, "federated rounds", ge=1)
     out_dir: str = param("", "where results.json, metrics.csv, models and checkpoints go; '' = "
@@ -66,9 +69,14 @@ class CommonConfig(Section):
     samples_per_class: int = param(20, "samples per class and client (partition 'classes')", ge=1)
     power_law_exponent: float = param(1.5, "exponent of the power-law client sizes", gt=0)
     min_partition_size: int = param(4, "smallest allowed client partition", ge=0)
-    local_test_fraction: float = param(0.25, "share of each client's data held out as its local test split "
-                                             "(P-FL)", gt=0, lt=1)
-    global_test_fraction: float = param(0.2, "share of an offline pool held out as the global test set (G-FL)",
+    local_test_fraction: float = param(0.0, "share of each client's data held out as its local test split for "
+                                            "P-FL and federated evaluation (0 = none: every sample trains; "
+                                            "the P-FL papers use 0.25, set by their presets)", ge=0, lt=1)
+    validation_fraction: float = param(0.0, "share of each client's training data held out as its validation "
+                                            "split (tuning selects on it; 0 = none)", ge=0, lt=1)
+    global_test_fraction: float = param(0.2, "share of an offline pool held out as the global test set (G-FL); "
+                                             "synthetic: of each client's data (the union is the test set, as "
+                                             "in FedProx; local-test-fraction, if set, takes its place)",
                                         gt=0, lt=1)
     synthetic_alpha: float = param(1.0, "alpha of Synthetic(alpha, beta) (FedProx paper)", ge=0)
     synthetic_beta: float = param(1.0, "beta of Synthetic(alpha, beta)", ge=0)
@@ -81,9 +89,12 @@ class CommonConfig(Section):
     # --- local training
     local_epochs: int = param(1, "local epochs E", ge=1)
     batch_size: int = param(32, "local minibatch size B", ge=1)
-    lr: float = param(0.05, "local SGD learning rate", gt=0)
-    momentum: float = param(0.0, "local SGD momentum", ge=0, lt=1)
-    weight_decay: float = param(0.0, "local SGD weight decay", ge=0)
+    lr: float = param(0.01, "local SGD learning rate (default chosen on validation data: docs/RESULTS.md, "
+                            "tuning of the default job)", gt=0)
+    momentum: float = param(0.9, "local SGD momentum (0.9: the optimizer of FedUFO, FedETF and most non-IID "
+                                 "FL papers)", ge=0, lt=1)
+    weight_decay: float = param(5e-4, "local SGD weight decay (5e-4: FedETF's; FedUFO uses 2e-4, see its "
+                                      "presets)", ge=0)
     max_local_steps: int = param(0, "cap on local steps per round (0 = none)", ge=0)
     # --- sampling, evaluation, failures
     fraction_train: float = param(1.0, "share of clients sampled per round", gt=0, le=1)
@@ -96,8 +107,11 @@ class CommonConfig(Section):
     update_norm_factor: float = param(10.0, "with 3 or more updates in a round, an update whose norm exceeds "
                                             "this multiple of the round's median update norm is rejected "
                                             "(0 = off)", ge=0)
-    federated_eval_every: int = param(1, "evaluate the global model on the clients every N rounds and after "
-                                         "the last one (0 = never)", ge=0)
+    federated_eval_every: int = param(0, "evaluate the global model on the clients' local test splits every N "
+                                         "rounds and after the last one (0 = never; needs local-test-fraction "
+                                         "> 0)", ge=0)
+    test_evaluation: bool = param(True, "evaluate the global model on the global test set every round (tuning "
+                                        "runs turn it off: they select on validation data only)")
     federated_eval_clients: int = param(0, "evaluate on a fixed seeded sample of M clients (0 = all)", ge=0)
     target_accuracy: float = param(0.8, "accuracy for the rounds-to-target metric", ge=0, le=1)
 
@@ -111,6 +125,12 @@ class CommonConfig(Section):
             raise ConfigError(
                 "dataset 'synthetic' is generated per client (Synthetic(alpha, beta) with power-law "
                 f"sizes): run-config key 'partition' must be 'natural' or 'power-law', got '{self.partition}'")
+        if self.preset:
+            get_preset(self.preset)
+        if self.federated_eval_every and self.local_test_fraction == 0 and self.dataset != "synthetic":
+            raise ConfigError("run-config key 'federated-eval-every' > 0 evaluates the global model on each "
+                              "client's local test split, but 'local-test-fraction' is 0 (no split): set "
+                              "local-test-fraction (e.g. 0.25) or federated-eval-every = 0")
         if self.partition == "natural" and self.dataset != "synthetic":
             raise ConfigError(f"partition 'natural' exists only for dataset 'synthetic', not '{self.dataset}'")
 
@@ -151,6 +171,7 @@ class RunConfig(CommonConfig):
         for key in values:
             if key not in known:
                 raise _unknown_key_error(key, known)
+        values = apply_preset(values, known)
         if complete:
             missing = [k for k in known if k not in values]
             if missing:
@@ -198,7 +219,8 @@ def resolve_run_config(overrides: Mapping[str, Any] | None = None) -> dict[str, 
         if key not in known:
             raise _unknown_key_error(key, known)
         values[key] = value
-    return values
+    resolve_with_preset(overrides or {}, known)
+    return apply_preset(values, known)
 
 
 PROJECT_ROOT = Path(__file__).resolve().parent.parent

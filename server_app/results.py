@@ -2,7 +2,7 @@
 
 results.json = {
   "run_config": {...every run-config key...},
-  "rounds": [{"round", "global_accuracy", "global_loss", "local_accuracy", "local_accuracy_best",
+  "rounds": [{"round", "global_accuracy", "global_loss", "val_accuracy", "val_loss", "local_accuracy", "local_accuracy_best",
               "local_accuracy_worst", "local_accuracy_std", "wall_time_s", "bytes_sent", "bytes_received",
               "num_sampled", "num_updates", "failures": [{"cid", "phase", "kind", "reason"}],
               "client_eval": {...} | null, "strategy": {...method metrics...}}, ...],
@@ -23,7 +23,7 @@ from typing import Any
 
 import numpy as np
 
-SCALAR_COLUMNS = ("round", "global_accuracy", "global_loss", "local_accuracy", "local_accuracy_best",
+SCALAR_COLUMNS = ("round", "global_accuracy", "global_loss", "val_accuracy", "val_loss", "local_accuracy", "local_accuracy_best",
                   "local_accuracy_worst", "local_accuracy_std", "client_accuracy_mean", "client_accuracy_worst",
                   "client_accuracy_std", "min_data_client_accuracy", "max_data_client_accuracy",
                   "wall_time_s", "bytes_sent", "bytes_received", "num_sampled", "num_updates", "num_failures")
@@ -159,6 +159,7 @@ class ResultsWriter:
         x = [r["round"] for r in self.rounds]
         fig, ax = plt.subplots(figsize=(6, 4))
         for key, label in (("global_accuracy", "G-FL (global model, global test)"),
+                           ("val_accuracy", "global model, validation splits"),
                            ("local_accuracy", "P-FL (local models, local test)")):
             y = [r.get(key) for r in self.rounds]
             if any(v is not None for v in y):

@@ -122,7 +122,7 @@ def test_exchange_clock_records_every_exchange_of_an_in_process_run(tmp_path):
     import strategies.round_driver as driver
 
     over = {"dataset": "digits", "model": "logistic", "num-server-rounds": 2, "checkpoint": False,
-            "out-dir": str(tmp_path)}
+            "local-test-fraction": 0.25, "federated-eval-every": 1, "out-dir": str(tmp_path)}
     run = run_inprocess(over, num_nodes=3)
     calls = run["exchanges"]
     assert [(c["phase"], c["round"]) for c in calls] == [("register", 0), ("train", 1), ("evaluate", 1),

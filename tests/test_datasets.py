@@ -2,7 +2,7 @@ import numpy as np
 import pytest
 
 from data_partitioning.datasets import DatasetError, load_pool
-from data_partitioning.federated import client_arrays, global_test_set, node_arrays
+from data_partitioning.federated import client_arrays, global_test_set, node_arrays, validation_set
 from data_partitioning.synthetic import synthetic_client
 from flcore.config import RunConfig, resolve_run_config
 
@@ -25,13 +25,29 @@ def test_digits_pool():
 
 
 def test_client_arrays_are_deterministic_and_split_75_25():
-    c = cfg(dataset="mnist-5k", partition="dirichlet", **{"dirichlet-alpha": 0.5})
+    c = cfg(dataset="mnist-5k", partition="dirichlet", **{"dirichlet-alpha": 0.5, "local-test-fraction": 0.25})
     a, b = client_arrays(c, 3, 10), client_arrays(c, 3, 10)
     assert np.array_equal(a.x_train, b.x_train) and np.array_equal(a.y_test, b.y_test)
     n = len(a.y_train) + len(a.y_test)
     assert abs(len(a.y_test) - 0.25 * n) <= 1
     with pytest.raises(DatasetError, match="partition-id 10"):
         client_arrays(c, 10, 10)
+
+
+def test_by_default_every_sample_trains_and_validation_is_carved_from_training_only():
+    plain = client_arrays(cfg(dataset="mnist-5k"), 3, 10)
+    assert len(plain.y_test) == 0 and len(plain.y_val) == 0  # no silent local-test carve-out
+    split = client_arrays(cfg(dataset="mnist-5k", **{"local-test-fraction": 0.25}), 3, 10)
+    both = client_arrays(cfg(dataset="mnist-5k", **{"local-test-fraction": 0.25, "validation-fraction": 0.2}), 3, 10)
+    assert len(plain.y_train) == len(split.y_train) + len(split.y_test)
+    assert np.array_equal(both.x_test, split.x_test)  # the local test split does not move with validation
+    assert len(both.y_train) + len(both.y_val) == len(split.y_train)
+    assert abs(len(both.y_val) - 0.2 * len(split.y_train)) <= 1
+    rows = {r.tobytes() for r in both.x_train.reshape(len(both.x_train), -1)}  # disjoint splits
+    assert not any(r.tobytes() in rows for r in both.x_val.reshape(len(both.x_val), -1))
+    x_val, y_val = validation_set(cfg(dataset="mnist-5k", **{"validation-fraction": 0.2}), 10)
+    assert len(y_val) == sum(len(client_arrays(cfg(dataset="mnist-5k", **{"validation-fraction": 0.2}), k, 10).y_val)
+                             for k in range(10)) > 700
 
 
 def test_rotated_mnist_rotates_clients_differently():

@@ -10,7 +10,8 @@ import torch
 from engines.local import run_local
 
 JOB = {"method": "scaffold", "dataset": "digits", "num-server-rounds": 3, "fraction-train": 0.5,
-       "batch-size": 16, "lr": 0.1, "local-epochs": 1, "seed": 7, "federated-eval-every": 1, "checkpoint": False}
+       "batch-size": 16, "lr": 0.1, "local-epochs": 1, "seed": 7, "federated-eval-every": 1, "checkpoint": False,
+       "local-test-fraction": 0.25}
 NODES = 6
 COMPARED = ("round", "sampled", "global_accuracy", "global_loss", "local_accuracy", "local_accuracy_worst",
             "client_accuracy_mean", "per_client", "bytes_sent", "bytes_received", "strategy", "num_updates")

@@ -35,7 +35,8 @@ from strategies.flower_api import StartNotSupported
 from tests.fakegrid import FakeGrid
 
 TINY = {"dataset": "digits", "num-server-rounds": 2, "batch-size": 16, "max-local-steps": 2, "model": "mlp",
-        "checkpoint": False, "min-train-nodes": 3, "fedufo.num-clients": 3}
+        "checkpoint": False, "min-train-nodes": 3, "fedufo.num-clients": 3, "local-test-fraction": 0.25,
+        "federated-eval-every": 1}
 START = [n for n, d in methods().items() if start_problem(d) is None]
 NUMPY = [n for n, d in methods().items() if numpy_client_problem(d) is None]
 

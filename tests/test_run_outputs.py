@@ -93,7 +93,7 @@ def test_clock_and_eta():
 def test_a_real_run_writes_every_scalar_to_csv_and_prints_elapsed_and_eta(tmp_path, capsys):
     cfg = RunConfig.from_dict(resolve_run_config({
         "method": "fedbc", "dataset": "digits", "num-server-rounds": 2, "batch-size": 16, "checkpoint": False,
-        "federated-eval-every": 2, "out-dir": str(tmp_path / "run")}))
+        "federated-eval-every": 2, "local-test-fraction": 0.25, "out-dir": str(tmp_path / "run")}))
     doc = run_federation(FakeGrid(3), cfg)
     with (tmp_path / "run" / "metrics.csv").open() as fh:
         table = list(csv.DictReader(fh))

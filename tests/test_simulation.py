@@ -30,7 +30,8 @@ def _check_fedavg_run(doc: dict, out: Path) -> None:
     assert json.loads((out / "results.json").read_text())["run_config"]["method"] == "fedavg"
 
 
-FEDAVG = {"dataset": "digits", "num-server-rounds": 3, "lr": 0.1, "batch-size": 16, "dirichlet-alpha": 1.0}
+FEDAVG = {"dataset": "digits", "num-server-rounds": 3, "lr": 0.1, "batch-size": 16, "dirichlet-alpha": 1.0,
+          "local-test-fraction": 0.25, "federated-eval-every": 1}
 
 
 def test_fedavg_learns_and_writes_results_on_the_default_inprocess_engine(tmp_path):
