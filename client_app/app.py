@@ -33,6 +33,7 @@ from flcore.config import ConfigError, RunConfig
 from flcore.records import config_to_record, params_to_record, record_to_params
 from flcore.registry import get_method, resolve
 from models import build_model
+from models.evaluation import eval_support
 
 log = logging.getLogger("noniid_fl")
 app = ClientApp()
@@ -183,7 +184,8 @@ def evaluate_on_node(cfg: RunConfig, context: Context, params: dict) -> dict:
     device = pick_device(cfg)
     cid, data = load_client_data(cfg, dict(context.node_config), device)
     model = _model(cfg, data, device, params)
-    loss, acc = evaluate_model(model, data.x_test, data.y_test)
+    with eval_support(model, data.x_train, (cfg.seed, cid)):  # e.g. FedRANE's inductive evaluation; else a no-op
+        loss, acc = evaluate_model(model, data.x_test, data.y_test)
     POOL.give_back(model)
     del model
     return {"cid": cid, "num-examples": data.num_train, "num-test": int(data.y_test.shape[0]),

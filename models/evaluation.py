@@ -1,9 +1,19 @@
-"""Model evaluation shared by the server (G-FL on the global test set) and the clients (P-FL, local splits)."""
+"""Model evaluation shared by the server (G-FL on the global test set) and the clients (P-FL, local splits).
+
+Evaluation support: a module of the model may evaluate each test sample against a fixed support set of
+training data (FedRANE's inductive LRA neck) instead of against the other samples of its batch. Such a module
+has an int attribute ``eval_support_size`` (rows it needs; 0: none), ``set_eval_support(x, features)`` and
+``pop_eval_stats() -> dict``. The caller that owns training data attaches it: a client its own training rows
+(:func:`eval_support`), the server a seeded sample of the clients' training pool
+(data_partitioning/support.py, :func:`set_eval_support`). Models without such a module are untouched.
+"""
 
 from __future__ import annotations
 
-from typing import Callable
+import contextlib
+from typing import Any, Callable, Iterator, Sequence
 
+import numpy as np
 import torch
 import torch.nn.functional as F
 from torch import nn
@@ -24,3 +34,54 @@ def evaluate(model: nn.Module, x: torch.Tensor, y: torch.Tensor, batch_size: int
             loss_sum += float(F.cross_entropy(logits, yb, reduction="sum"))
             correct += int((logits.argmax(1) == yb).sum())
     return loss_sum / n, correct / n
+
+
+def _support_modules(model: nn.Module) -> list[nn.Module]:
+    return [m for m in model.modules() if getattr(m, "eval_support_size", 0)]
+
+
+def eval_support_size(model: nn.Module) -> int:
+    """Rows of training data the model's evaluation needs as support (0: none)."""
+    return max((int(m.eval_support_size) for m in _support_modules(model)), default=0)
+
+
+def set_eval_support(model: nn.Module, x: torch.Tensor | None) -> None:
+    """Attach the support rows ``x`` (on the model's device) to every module that needs them; None detaches."""
+    for m in _support_modules(model):
+        m.set_eval_support(x, model.features if x is not None else None)
+
+
+def support_rows(n: int, size: int, seed: Sequence[int]) -> np.ndarray:
+    """A fixed, seeded choice of ``size`` of ``n`` rows (sorted; all rows when ``n <= size``)."""
+    if n <= size:
+        return np.arange(n)
+    return np.sort(np.random.default_rng([*map(int, seed), 0x5B0]).choice(n, size, replace=False))
+
+
+@contextlib.contextmanager
+def eval_support(model: nn.Module, x_train: torch.Tensor, seed: Sequence[int]) -> Iterator[None]:
+    """Inside the block, the model evaluates against a fixed support set of ``x_train`` (a seeded choice of
+    rows, the same every time for the same seed and data), where one of its modules needs it; detached after."""
+    size = eval_support_size(model)
+    if size == 0:
+        yield
+        return
+    if x_train.shape[0] == 0:
+        raise ValueError("this model evaluates against a support set of training data, but there is no training "
+                         "data to draw it from")
+    rows = torch.as_tensor(support_rows(int(x_train.shape[0]), size, seed), device=x_train.device)
+    set_eval_support(model, x_train.index_select(0, rows))
+    try:
+        yield
+    finally:
+        set_eval_support(model, None)
+
+
+def pop_eval_stats(model: nn.Module) -> dict[str, Any]:
+    """What the model's modules measured in the evaluations since the last call (e.g. the LRA graph density)."""
+    out: dict[str, Any] = {}
+    for m in model.modules():
+        pop = getattr(m, "pop_eval_stats", None)
+        if callable(pop):
+            out.update(pop())
+    return out

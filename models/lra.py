@@ -1,43 +1,54 @@
 """FedRANE's client side: LRA, local relational augmentation (seed 000, Sec. 3.3), as the model's neck.
 
-Per minibatch of features Z = F(X) (B x d):
-  1. P = Pearson correlation of the B rows of Z                                   (Sec. 3.3)
+Per graph of n feature rows Z (n x d; a training minibatch, or a test sample with its support set):
+  1. P = Pearson correlation of the n rows of Z                                    (Sec. 3.3)
   2. SLIM subspace weights B with a nuclear-norm penalty                           (Eq. 2-4)
          min_B 1/2 ||P - P B||_F^2 + lambda_G ||B||_*   s.t. diag(B) = 0,
      solved by alternating closed forms (``lra-graph = alternating``) or the authors' one-shot
      EASE form (``lra-graph = closed-form``).
-  3. A = (|B| + |B^T|) / 2, neighbours N_i = {j : A_ij > 0}                        (Sec. 3.3)
+  3. A = (|B| + |B^T|) / 2; neighbours N_i: the edges A_ij that the cut keeps (below)  (Sec. 3.3)
   4. L steps of attentive message passing over N_i                                 (Eq. 5-6)
          h_i^{l+1} = [h_i^l +] sum_{j in N_i} a_ij W^l h_j^l,
          a_ij = softmax_{j in N_i} ((W_r^l h_i)^T (W_s^l h_j) / sqrt(d)),   Z_hat = h^L.
      The residual term h_i^l (``fedrane.lra-residual``, default on) is the authors' code's (their attention layer
-     adds its input back); the paper's Eq. 5 omits it. Without it, Z_hat_i is built from the *other*
-     samples only (diag(A) = 0), and on the dense SLIM graph (every A_ij > 0, so N_i = all j != i
-     unless ``fedrane.lra-topk`` > 0) the attention starts near uniform: Z_hat_i is then about the batch mean for
-     every i and the predictor cannot tell samples apart. Centrally on digits the literal form stayed
-     at the chance-level loss ln 10 for 8 epochs; the residual form trains.
+     adds its input back); the paper's Eq. 5 omits it. Without it Z_hat_i is built from the *other* samples
+     only (diag(A) = 0); centrally on digits the literal form stayed at the chance-level loss ln 10 for 8
+     epochs on the complete graph, while the residual form trains.
   5. Contrastive discrimination L_CD over [Z; Z_hat] with Pearson similarity        (Eq. 7)
      (used by client_app/trainers/fedrane.py: loss = CE(head(Z_hat), y) + lambda_CD L_CD, Eq. 9).
 
-Neighbourhoods: neither SLIM form yields exact zeros, so the paper's N_i = {j : A_ij > 0} is every other
-sample of the batch and the graph only excludes i itself. ``fedrane.lra-topk`` = k keeps the k strongest SLIM
-relations per node, which is what makes the graph matter; our experiments use k = 5 (a model trained with
-the dense graph scored 0.69 G-FL on digits under dense relational evaluation and 0.82 under top-5).
+Every graph function accepts leading batch dimensions (..., n, n) and treats each graph on its own (a
+graph's result never depends on another graph of the batch, convergence tests included).
+
+Neighbourhoods (``fedrane.lra-cut``, ``fedrane.lra-topk``): the paper mines "sparse" relations with SLIM but its
+Eq. 2 has no sparsity term (only the nuclear norm), and neither SLIM form yields exact zeros, so its literal
+N_i = {j : A_ij > 0} is every other node (``lra-cut = none``: the complete graph, where the SLIM solve changes
+nothing). Our default ``row-mean`` keeps A_ij > mean_{j' != i} A_ij': the relations stronger than node i's
+average one. It has no parameter, does not depend on the graph's size, and lets a node's degree follow its
+relations (a sample unlike the rest keeps few neighbours: the paper's concern about minority samples
+contaminated by the majority). ``lra-topk`` = k additionally keeps at most the k strongest per node.
+docs/FEDRANE.md has the measured densities.
 
 The graph (steps 1-3) is built without gradient: it only selects the neighbour sets, which have zero
 derivative; gradients reach the extractor through message passing and L_CD. It is computed in float64.
 
-Evaluation (``fedrane.lra-eval``): the paper's network is F -> G -> predictor, so by default (``relational``) the
-neck runs at evaluation too, over whatever batch it is given: the server's central evaluation passes
-test batches of 512 (fixed order), P-FL passes a client's local test split. Predictions then depend on
-the other samples of the batch (transductive). ``identity`` skips G at evaluation, as the authors'
-code does (predictor on F's features); it is only consistent with training when ``fedrane.lra-alpha`` > 0
-mixes Z into the predictor's input (h = alpha Z + (1 - alpha) Z_hat; the code's ``reg_graph_aug``).
+Evaluation (``fedrane.lra-eval``):
+  * ``inductive`` (default): each test sample x gets its own graph over S + {x}, S a fixed support set of
+    training data (the client's own training rows for P-FL and the client-side evaluation, a seeded sample
+    of the clients' training pool for the server's G-FL; see models/evaluation.py), so a prediction never
+    depends on the other test samples. |S| = ``lra-support-size`` (0: batch-size - 1: test graphs have the
+    training graphs' size). The support features F(S) are recomputed with the evaluated model's weights.
+  * ``transductive``: the graph spans up to ``lra-eval-batch`` test samples (a prediction depends on its
+    batch companions; the figure moves with the batch size).
+  * ``identity``: G is skipped (predictor on F's features), as in the authors' code; only consistent with
+    training when ``lra-alpha`` > 0 mixes Z into the predictor's input (h = alpha Z + (1 - alpha) Z_hat).
+The neck counts the density of the graphs it builds (``LRANeck.stats``), for results.json.
 """
 
 from __future__ import annotations
 
 import math
+from typing import Any, Callable
 
 import torch
 from torch import nn
@@ -49,18 +60,29 @@ from flcore.methods.fedrane import FedRANEConfig
 
 # ============================================================================ pure functions: the graph
 def pearson_matrix(a: torch.Tensor, b: torch.Tensor | None = None, eps: float = 1e-8) -> torch.Tensor:
-    """Pearson correlation between the rows of ``a`` and the rows of ``b`` (default ``a``): (n_a, n_b).
+    """Pearson correlation between the rows of ``a`` and the rows of ``b`` (default ``a``): (..., n_a, n_b).
 
     Each row is centred over its features and scaled to unit norm (a constant row gets similarity 0 to
     everything, itself included). Differentiable.
     """
-    def unit(x: torch.Tensor) -> torch.Tensor:
-        x = x - x.mean(dim=1, keepdim=True)
-        return x / x.norm(dim=1, keepdim=True).clamp_min(eps)
+    ua = unit_rows(a, eps)
+    ub = ua if b is None else unit_rows(b, eps)
+    return ua @ ub.mT
 
-    ua = unit(a)
-    ub = ua if b is None else unit(b)
-    return ua @ ub.T
+
+def unit_rows(x: torch.Tensor, eps: float = 1e-8) -> torch.Tensor:
+    """Rows centred over the last dimension and scaled to unit norm (Pearson's building block)."""
+    x = x - x.mean(dim=-1, keepdim=True)
+    return x / x.norm(dim=-1, keepdim=True).clamp_min(eps)
+
+
+def _zero_diagonal(b: torch.Tensor) -> torch.Tensor:
+    torch.diagonal(b, dim1=-2, dim2=-1).zero_()
+    return b
+
+
+def _eye_like(p: torch.Tensor) -> torch.Tensor:
+    return torch.eye(p.shape[-1], dtype=p.dtype, device=p.device)
 
 
 def slim_objective(p: torch.Tensor, b: torch.Tensor, lam: float) -> float:
@@ -78,26 +100,31 @@ def slim_b_step(p: torch.Tensor, lam: float, phi: torch.Tensor) -> torch.Tensor:
     For Phi = I this is exactly the paper's Eq. 4, B_ij = -H_ij / H_jj (i != j), with
     H = (P^T P + lambda I)^{-1}.
     """
-    ptp = p.T @ p
+    ptp = p.mT @ p
     h = _spd_inverse(ptp + lam * phi)
     hp = h @ ptp
-    b = hp - h * (torch.diagonal(hp) / torch.diagonal(h)).unsqueeze(0)
-    return b.fill_diagonal_(0.0)  # zero up to round-off already
+    diag_h = torch.diagonal(h, dim1=-2, dim2=-1)
+    b = hp - h * (torch.diagonal(hp, dim1=-2, dim2=-1) / diag_h).unsqueeze(-2)
+    return _zero_diagonal(b)  # zero up to round-off already
 
 
 def _spd_inverse(s: torch.Tensor) -> torch.Tensor:
-    """Inverse of a symmetric positive-definite matrix (Cholesky; plain inverse if round-off breaks it)."""
-    chol, info = torch.linalg.cholesky_ex(0.5 * (s + s.T))
-    if int(info) != 0:
-        return torch.linalg.inv(s)
-    return torch.cholesky_inverse(chol)
+    """Inverse of symmetric positive-definite matrices (Cholesky; a plain inverse for any matrix where
+    round-off breaks it, chosen per matrix)."""
+    chol, info = torch.linalg.cholesky_ex(0.5 * (s + s.mT))
+    inv = torch.cholesky_inverse(chol)
+    bad = info != 0
+    if bool(bad.any()):
+        plain = torch.linalg.inv(s)
+        inv = torch.where(bad[..., None, None], plain, inv) if inv.dim() > 2 else plain
+    return inv
 
 
 def inverse_sqrt_gram(b: torch.Tensor, eps: float) -> torch.Tensor:
     """Phi = (B B^T)^{-1/2} with the eigenvalues of B B^T clamped at eps * (largest eigenvalue)."""
-    evals, evecs = torch.linalg.eigh(b @ b.T)
-    floor = max(float(evals.max()) * eps, torch.finfo(b.dtype).tiny)
-    return (evecs * evals.clamp_min(floor).rsqrt().unsqueeze(0)) @ evecs.T
+    evals, evecs = torch.linalg.eigh(b @ b.mT)
+    floor = (evals.amax(dim=-1, keepdim=True) * eps).clamp_min(torch.finfo(b.dtype).tiny)
+    return (evecs * evals.clamp_min(floor).rsqrt().unsqueeze(-2)) @ evecs.mT
 
 
 def slim_alternating(p: torch.Tensor, lam: float, iters: int = 5, eps: float = 1e-6,
@@ -105,64 +132,103 @@ def slim_alternating(p: torch.Tensor, lam: float, iters: int = 5, eps: float = 1
     """SLIM weights with the nuclear-norm penalty (Eq. 2) by alternating closed forms (Eq. 3-4).
 
     Starts from Phi = I (the paper's Eq. 4), then alternates Phi = (B B^T)^{-1/2} and the exact B-step
-    of :func:`slim_b_step` until B changes by less than ``rtol`` (relative) or ``iters`` B-steps.
-    Each step after the first is a majorise-minimise step of Eq. 2, since for any Phi > 0
-    ||B||_* <= 1/2 tr(B^T Phi B) + 1/2 tr(Phi^{-1}), with equality at Phi = (B B^T)^{-1/2}; so the
-    objective does not increase (up to the eigenvalue clamp). Note: the paper writes the penalty as
-    lambda tr(B^T Phi B), whose stationarity gives lambda (Phi + Phi^T) = 2 lambda Phi; we use the
-    weight lambda Phi that makes each step a majorisation of Eq. 2 with the paper's lambda_G.
+    of :func:`slim_b_step` until B changes by less than ``rtol`` (relative) or ``iters`` B-steps; with
+    a batch of graphs, each graph stops on its own. Each step after the first is a majorise-minimise
+    step of Eq. 2, since for any Phi > 0 ||B||_* <= 1/2 tr(B^T Phi B) + 1/2 tr(Phi^{-1}), with equality at
+    Phi = (B B^T)^{-1/2}; so the objective does not increase (up to the eigenvalue clamp). Note: the paper
+    writes the penalty as lambda tr(B^T Phi B), whose stationarity gives lambda (Phi + Phi^T) = 2 lambda Phi;
+    we use the weight lambda Phi that makes each step a majorisation of Eq. 2 with the paper's lambda_G.
     """
-    n = p.shape[0]
-    eye = torch.eye(n, dtype=p.dtype, device=p.device)
-    b = slim_b_step(p, lam, eye)
+    b = slim_b_step(p, lam, _eye_like(p))
+    active = torch.ones(p.shape[:-2], dtype=torch.bool, device=p.device)
     for _ in range(iters - 1):
         phi = inverse_sqrt_gram(b, eps)
         b_new = slim_b_step(p, lam, phi)
         change = torch.linalg.matrix_norm(b_new - b) / torch.linalg.matrix_norm(b).clamp_min(1e-300)
-        b = b_new
-        if float(change) < rtol:
+        b = torch.where(active[..., None, None], b_new, b) if b.dim() > 2 else b_new
+        active = active & (change >= rtol)
+        if not bool(active.any()):
             break
     return b
 
 
 def slim_closed_form(p: torch.Tensor, lam: float) -> torch.Tensor:
     """The authors' code (EASE): H = (P + lambda I)^{-1}, B_ij = -H_ij / H_jj, diag(B) = 0."""
-    n = p.shape[0]
-    h = _spd_inverse(p + lam * torch.eye(n, dtype=p.dtype, device=p.device))
-    b = -h / torch.diagonal(h).unsqueeze(0)
-    return b.fill_diagonal_(0.0)
+    h = _spd_inverse(p + lam * _eye_like(p))
+    b = -h / torch.diagonal(h, dim1=-2, dim2=-1).unsqueeze(-2)
+    return _zero_diagonal(b)
 
 
 def relational_adjacency(b: torch.Tensor) -> torch.Tensor:
     """A = (|B| + |B^T|) / 2 (symmetric, non-negative, zero diagonal when diag(B) = 0)."""
-    return 0.5 * (b.abs() + b.abs().T)
+    return 0.5 * (b.abs() + b.abs().mT)
 
 
-def neighbour_mask(a: torch.Tensor, topk: int = 0) -> torch.Tensor:
-    """N_i = {j : A_ij > 0}, optionally only the ``topk`` largest A_ij per row. Diagonal excluded.
+def neighbour_mask(a: torch.Tensor, topk: int = 0, cut: str = "none") -> torch.Tensor:
+    """N_i as a boolean mask (..., n, n), diagonal excluded: the j with A_ij > 0 (``cut = none``, the paper's
+    literal N_i) or A_ij > mean_{j' != i} A_ij' (``cut = row-mean``), then at most the ``topk`` largest A_ij
+    of those per row (0: all).
 
-    A node without neighbours (e.g. a batch of one) gets itself as its only neighbour, so that the
+    A node without neighbours (e.g. a graph of one) gets itself as its only neighbour, so that the
     attention softmax is defined.
     """
-    n = a.shape[0]
+    n = a.shape[-1]
     eye = torch.eye(n, dtype=torch.bool, device=a.device)
     mask = (a > 0) & ~eye
+    if cut == "row-mean":
+        if n > 1:
+            off = a.masked_fill(eye, 0.0)
+            mask &= off > off.sum(dim=-1, keepdim=True) / (n - 1)
+    elif cut != "none":
+        raise ValueError(f"unknown lra-cut '{cut}'")
     if 0 < topk < n - 1:
-        thresh = torch.topk(a.masked_fill(eye, float("-inf")), topk, dim=1).values[:, -1:]
-        mask &= a >= thresh
-    lonely = ~mask.any(dim=1)
-    return mask | (eye & lonely.unsqueeze(1))
+        candidates = a.masked_fill(~mask, float("-inf"))
+        thresh = torch.topk(candidates, topk, dim=-1).values[..., -1:]
+        mask &= candidates >= thresh
+    lonely = ~mask.any(dim=-1)
+    return mask | (eye & lonely.unsqueeze(-1))
+
+
+def graph_density(mask: torch.Tensor) -> torch.Tensor:
+    """Per node, the share of the other n - 1 nodes that are its neighbours (..., n); 0 for a graph of one."""
+    n = mask.shape[-1]
+    eye = torch.eye(n, dtype=torch.bool, device=mask.device)
+    return (mask & ~eye).sum(dim=-1).double() / max(n - 1, 1)
 
 
 @torch.no_grad()
-def batch_graph(z: torch.Tensor, cfg: FedRANEConfig) -> torch.Tensor:
-    """Steps 1-3 for a minibatch of features: the boolean neighbour mask (B x B)."""
-    p = pearson_matrix(z.detach().double())
+def graph_mask(z: torch.Tensor, cfg: FedRANEConfig) -> torch.Tensor:
+    """Steps 1-3 for feature rows z (..., n, d): the boolean neighbour masks (..., n, n)."""
+    return mask_from_pearson(pearson_matrix(z.detach().double()), cfg)
+
+
+def mask_from_pearson(p: torch.Tensor, cfg: FedRANEConfig) -> torch.Tensor:
+    """Steps 2-3 from the Pearson matrices (..., n, n)."""
     if cfg.lra_graph == "closed-form":
         b = slim_closed_form(p, cfg.lra_lambda_g)
     else:
         b = slim_alternating(p, cfg.lra_lambda_g, cfg.lra_slim_iters, cfg.lra_slim_eps)
-    return neighbour_mask(relational_adjacency(b), cfg.lra_topk)
+    return neighbour_mask(relational_adjacency(b), cfg.lra_topk, cfg.lra_cut)
+
+
+batch_graph = graph_mask  # a minibatch's graph (n, d) -> (n, n)
+
+
+@torch.no_grad()
+def support_graphs(z_support: torch.Tensor, z_query: torch.Tensor, cfg: FedRANEConfig) -> torch.Tensor:
+    """One graph per query row over [support rows; that query] (q, s + 1, s + 1): exactly
+    ``graph_mask(cat(z_support, z_query[i:i+1]))`` for every i, built from the support's Pearson block
+    once."""
+    us = unit_rows(z_support.detach().double())
+    uq = unit_rows(z_query.detach().double())
+    q, s = uq.shape[0], us.shape[0]
+    p = torch.empty(q, s + 1, s + 1, dtype=us.dtype, device=us.device)
+    p[:, :s, :s] = us @ us.T
+    cross = uq @ us.T                                   # (q, s)
+    p[:, s, :s] = cross
+    p[:, :s, s] = cross
+    p[:, s, s] = (uq * uq).sum(dim=-1)
+    return mask_from_pearson(p, cfg)
 
 
 # ============================================================================ pure function: the loss
@@ -188,8 +254,9 @@ def contrastive_discrimination(z: torch.Tensor, z_hat: torch.Tensor, tau: float 
 class AttentiveMessagePassing(nn.Module):
     """One step of Eq. 5-6: h_i' = sum_{j in N_i} a_ij W h_j, a = masked softmax of (W_r h_i)^T (W_s h_j)/sqrt(d).
 
-    W starts as the identity (so initially h_i' is an attention-weighted mean of the neighbours'
-    features); W_r, W_s take PyTorch's default initialisation.
+    Works on one graph (n, d) or a batch of graphs (..., n, d) with masks (..., n, n). W starts as the
+    identity (so initially h_i' is an attention-weighted mean of the neighbours' features); W_r, W_s take
+    PyTorch's default initialisation.
     """
 
     def __init__(self, dim: int) -> None:
@@ -202,28 +269,85 @@ class AttentiveMessagePassing(nn.Module):
         self.scale = 1.0 / math.sqrt(dim)
 
     def attention(self, h: torch.Tensor, mask: torch.Tensor) -> torch.Tensor:
-        scores = (self.w_r(h) @ self.w_s(h).T) * self.scale
-        return torch.softmax(scores.masked_fill(~mask, float("-inf")), dim=1)
+        scores = (self.w_r(h) @ self.w_s(h).mT) * self.scale
+        return torch.softmax(scores.masked_fill(~mask, float("-inf")), dim=-1)
 
     def forward(self, h: torch.Tensor, mask: torch.Tensor) -> torch.Tensor:
         return self.attention(h, mask) @ self.w(h)
 
 
+class GraphStats:
+    """Running sums of the graph densities the neck built since the last :meth:`pop` (train and eval apart).
+
+    One object per neck for its whole life, so that a pooled client model (client_app/model_pool.py) looks
+    unchanged; whoever reads it pops it.
+    """
+
+    def __init__(self) -> None:
+        self.reset()
+
+    def reset(self) -> None:
+        self.sums: dict[str, list[float]] = {"train": [0.0, 0.0, 0.0], "eval": [0.0, 0.0, 0.0]}
+
+    def add(self, phase: str, density: torch.Tensor, nodes: int) -> None:
+        """``density``: the density of the counted nodes (one value each); ``nodes``: graph size."""
+        s = self.sums[phase]
+        s[0] += float(density.sum())
+        s[1] += float(density.numel())
+        s[2] += float(nodes) * float(density.numel())
+
+    def mean(self, phase: str) -> tuple[float, float] | None:
+        """(mean density, mean graph size) over the counted nodes, None if none."""
+        total, count, nodes = self.sums[phase]
+        return (total / count, nodes / count) if count else None
+
+    def pop(self, phase: str) -> tuple[float, float] | None:
+        out = self.mean(phase)
+        self.sums[phase] = [0.0, 0.0, 0.0]
+        return out
+
+
 class LRANeck(nn.Module):
     """G: Z -> Z_hat by relational graph + L message-passing steps; the federated part of LRA."""
 
-    def __init__(self, dim: int, cfg: FedRANEConfig) -> None:
+    def __init__(self, dim: int, cfg: FedRANEConfig, support_size: int = 64) -> None:
         super().__init__()
         self.cfg = cfg
         self.layers = nn.ModuleList(AttentiveMessagePassing(dim) for _ in range(cfg.lra_steps))
+        # rows of training data an inductive evaluation needs (the evaluation-support protocol of
+        # models/evaluation.py: eval_support_size / set_eval_support / pop_eval_stats)
+        self.eval_support_size = support_size if cfg.lra_eval == "inductive" else 0
+        self.support: tuple[torch.Tensor, Callable[[torch.Tensor], torch.Tensor]] | None = None
+        self.stats = GraphStats()
 
-    def augment(self, z: torch.Tensor) -> torch.Tensor:
-        """Z_hat = h^L for a minibatch (Eq. 5)."""
-        mask = batch_graph(z, self.cfg)
+    # --------------------------------------------------------------------------- message passing
+    def propagate(self, z: torch.Tensor, mask: torch.Tensor) -> torch.Tensor:
+        """h^L from h^0 = z over the given graph(s) (Eq. 5)."""
         h = z
         for layer in self.layers:
             h = h + layer(h, mask) if self.cfg.lra_residual else layer(h, mask)
         return h
+
+    def augment(self, z: torch.Tensor) -> torch.Tensor:
+        """Z_hat = h^L for a minibatch, whose rows are the graph's nodes (training, transductive)."""
+        mask = graph_mask(z, self.cfg)
+        self.stats.add("train" if self.training else "eval", graph_density(mask), z.shape[0])
+        return self.propagate(z, mask)
+
+    def augment_inductive(self, z: torch.Tensor) -> torch.Tensor:
+        """Z_hat of each row of ``z`` from its own graph over [Z_S; z_i] (Z_S = F(support) with the current
+        weights): row i's result does not depend on any other row of ``z``."""
+        if self.support is None:
+            raise RuntimeError("LRA inductive evaluation (fedrane.lra-eval = 'inductive') needs a support set of "
+                               "training data: attach one with models.evaluation.eval_support / set_eval_support, "
+                               "or set fedrane.lra-eval to 'transductive' or 'identity'")
+        x_s, features = self.support
+        z_s = features(x_s).to(z.dtype)
+        s = z_s.shape[0]
+        masks = support_graphs(z_s, z, self.cfg)                        # (q, s + 1, s + 1)
+        self.stats.add("eval", graph_density(masks)[:, s], s + 1)       # the test node's own neighbourhood
+        nodes = torch.cat([z_s.unsqueeze(0).expand(z.shape[0], s, z.shape[1]), z.unsqueeze(1)], dim=1)
+        return self.propagate(nodes, masks)[:, s]
 
     def mix(self, z: torch.Tensor, z_hat: torch.Tensor) -> torch.Tensor:
         """Predictor input alpha Z + (1 - alpha) Z_hat (alpha = 0: Z_hat, the paper)."""
@@ -231,11 +355,43 @@ class LRANeck(nn.Module):
         return z_hat if a == 0.0 else a * z + (1.0 - a) * z_hat
 
     def forward(self, z: torch.Tensor) -> torch.Tensor:
-        if not self.training and self.cfg.lra_eval == "identity":
+        if self.training:
+            return self.mix(z, self.augment(z))
+        mode = self.cfg.lra_eval
+        if mode == "identity":
             return z
-        return self.mix(z, self.augment(z))
+        if mode == "inductive":
+            return self.mix(z, self.augment_inductive(z))
+        step = self.cfg.lra_eval_batch
+        return torch.cat([self.mix(zc, self.augment(zc)) for zc in z.split(step)]) if z.shape[0] else z
+
+    # --------------------------------------------------------------------------- evaluation protocol
+    def set_eval_support(self, x: torch.Tensor | None,
+                         features: Callable[[torch.Tensor], torch.Tensor] | None = None) -> None:
+        """Attach (rows of training data, the model's feature extractor) for inductive evaluation; None detaches."""
+        if x is None:
+            self.support = None
+            return
+        if features is None or x.shape[0] == 0:
+            raise ValueError("an LRA support set needs at least one row of training data and the model's "
+                             "feature extractor")
+        self.support = (x, features)
+
+    def pop_eval_stats(self) -> dict[str, Any]:
+        """What the evaluations since the last call built: mode, mean density of the evaluated samples' graph
+        neighbourhoods, mean graph size (|S| + 1 inductive; the batch size transductive)."""
+        got = self.stats.pop("eval")
+        if got is None:
+            return {}
+        return {"lra_eval": self.cfg.lra_eval, "lra_graph_density": got[0], "lra_graph_nodes": got[1]}
+
+
+def support_size(cfg: RunConfig) -> int:
+    """|S| of inductive evaluation: ``fedrane.lra-support-size``, or batch-size - 1 when it is 0 (at least 1)."""
+    size = cfg.section(FedRANEConfig).lra_support_size
+    return size if size > 0 else max(cfg.batch_size - 1, 1)
 
 
 def add_lra_neck(model: nn.Module, cfg: RunConfig) -> None:
     """Model hook (flcore/registry.py): install LRA as ``model.neck`` (federated with the rest)."""
-    model.neck = LRANeck(int(model.feature_dim), cfg.section(FedRANEConfig))
+    model.neck = LRANeck(int(model.feature_dim), cfg.section(FedRANEConfig), support_size(cfg))

@@ -23,11 +23,12 @@ from flwr.serverapp import Grid
 
 from data_partitioning.datasets import dataset_shape
 from data_partitioning.federated import global_test_set
+from data_partitioning.support import training_pool_sample
 from flcore.config import RunConfig
 from flcore.records import load_params, model_params
 from flcore.registry import get_method, resolve
 from models import build_model
-from models.evaluation import evaluate
+from models.evaluation import eval_support_size, evaluate, pop_eval_stats, set_eval_support
 from server_app.checkpoint import load_checkpoint, save_checkpoint
 from server_app.outputs import resolve_out_dir
 from server_app.results import WRITE_INTERVAL_S, ResultsWriter, spread
@@ -122,6 +123,9 @@ def run_federation(grid: Grid, cfg: RunConfig) -> dict[str, Any]:
     model = build_model(cfg, in_shape, num_classes)
     params = model_params(model)
     model.to(device)
+    if eval_support_size(model):  # FedRANE's inductive evaluation: a seeded sample of the clients' training pool
+        set_eval_support(model, torch.as_tensor(training_pool_sample(cfg, num_clients, eval_support_size(model)),
+                                                device=device))
     x_test, y_test = global_test_set(cfg, num_clients)
     x_test, y_test = torch.as_tensor(x_test, device=device), torch.as_tensor(y_test, device=device)
     results = ResultsWriter(out_dir, cfg.to_dict())
@@ -143,7 +147,9 @@ def run_federation(grid: Grid, cfg: RunConfig) -> dict[str, Any]:
         params = outcome.params
         load_params(model, params)
         g_loss, g_acc = evaluate(model, x_test, y_test)
+        model_stats = {f"global_{k}": v for k, v in pop_eval_stats(model).items()}  # e.g. LRA graph density
         row = round_row(rnd, outcome, g_loss, g_acc, 0.0)
+        row.update(model_stats)
         registration = [f.as_dict() for f in strategy.drain_register_failures()]
         if registration:  # nodes that could not register since the last round (asked again with back-off)
             row["failures"] = registration + row["failures"]

@@ -15,6 +15,13 @@ strategies/nash.py); then theta_{t+1} = theta_t + G (s p) with the step scale s 
 A degenerate round (a non-negative combination of the deltas vanishes: no minimiser) falls back to
 sample-weighted averaging, logged and reported. A solver failure keeps the last good iterate (or the
 start point); it never fails the round. Works under any client trainer (fedrane-no-lra uses the base).
+
+What results.json records every round (``strategy``): the weights (``gne-p``, ``gne-weights``), their spread
+(``gne-weight-min``/``-max``/``-ratio``) and their distance from FedAvg's sample fractions
+(``gne-tv-from-fedavg``, total variation), the step's norm next to FedAvg's (``gne-update-norm``,
+``gne-fedavg-update-norm``, ``gne-step-norm-ratio``) and cosines; with LRA clients also the clients' graph
+densities and L_CD (:func:`lra_summary`). ``fedrane-no-gne`` keeps FedAvg's server (so Flower's stock FedAvg can
+drive it); its round records have the G-FL evaluation's graph density (``global_lra_graph_density``) only.
 """
 
 from __future__ import annotations
@@ -27,7 +34,7 @@ from typing import Any
 import numpy as np
 
 from flcore.config import RunConfig
-from flcore.methods.fedrane import FedRANEConfig
+from flcore.methods.fedrane import CD_LOSS, EVAL_DENSITY, TRAIN_DENSITY, FedRANEConfig
 from strategies.aggregation import weighted_average
 from strategies.base import ClientUpdate, FLStrategy, Params
 from strategies.nash import (STATUS_CONVERGED, NashSolution, combine_deltas, delta_gram, floating_keys,
@@ -35,6 +42,26 @@ from strategies.nash import (STATUS_CONVERGED, NashSolution, combine_deltas, del
 
 log = logging.getLogger("noniid_fl")
 
+
+def lra_summary(updates: list[ClientUpdate]) -> dict[str, Any]:
+    """The LRA clients' reply metrics of a round: graph density of their training graphs (mean, min, max over
+    clients), of their P-FL evaluation graphs (mean over the clients that have a local test split), mean L_CD.
+    Empty when no client reported them (fedrane-no-lra)."""
+    out: dict[str, Any] = {}
+    for key, stats in ((TRAIN_DENSITY, ("mean", "min", "max")), (EVAL_DENSITY, ("mean",)), (CD_LOSS, ("mean",))):
+        values = np.array([float(u.metrics[key]) for u in updates if key in u.metrics], dtype=np.float64)
+        values = values[np.isfinite(values)]
+        if values.size:
+            out.update({f"{key}-{s}": float(getattr(np, s)(values)) for s in stats})
+    return out
+
+
+def weight_spread(weights: np.ndarray, fractions: np.ndarray) -> dict[str, float]:
+    """How far the aggregation weights are from uniform and from FedAvg's sample fractions."""
+    w = np.asarray(weights, dtype=np.float64)
+    return {"gne-weight-min": float(w.min()), "gne-weight-max": float(w.max()),
+            "gne-weight-ratio": float(w.max() / w.min()) if w.min() > 0 else math.inf,
+            "gne-tv-from-fedavg": 0.5 * float(np.abs(w - fractions).sum())}
 
 
 def step_coefficients(gram: np.ndarray, p: np.ndarray, fractions: np.ndarray, scale: str,
@@ -88,13 +115,16 @@ class GNEStrategy(FLStrategy):
         gram = delta_gram(params, client_params, floating_keys(params))
         t_gram = time.perf_counter() - t0
         metrics: dict[str, Any] = {"gne-cids": cids, "gne-gram-seconds": t_gram, "fedrane.gne-solver": self.gne.gne_solver,
-                                   "fedrane.gne-scale": self.gne.gne_scale}
+                                   "fedrane.gne-scale": self.gne.gne_scale, **lra_summary(updates)}
         problem = nash_degenerate(gram, self.gne.gne_degenerate_tol)
         if problem is not None:
             log.warning("round %s: GNE has no Nash-bargaining solution (%s); falling back to sample-weighted "
                         "averaging for this round", server_round, problem)
+            norm_avg = math.sqrt(max(float(fractions @ gram @ fractions), 0.0))
             metrics.update({"gne-status": "degenerate", "gne-fallback": problem, "gne-iterations": 0,
                             "gne-residual": None, "gne-p": None, "gne-weights": fractions.tolist(),
+                            **weight_spread(fractions, fractions), "gne-update-norm": norm_avg,
+                            "gne-fedavg-update-norm": norm_avg, "gne-step-norm-ratio": 1.0,
                             "gne-seconds": time.perf_counter() - t0})
             self._metrics = metrics
             return weighted_average(client_params, n.tolist())
@@ -123,14 +153,17 @@ class GNEStrategy(FLStrategy):
         mp = gram @ p
         norm_dir = math.sqrt(max(float(p @ mp), 0.0))
         norm_avg = math.sqrt(max(float(fractions @ gram @ fractions), 0.0))
+        norm_step = math.sqrt(max(float(coef @ gram @ coef), 0.0))
         delta_norms = np.sqrt(np.clip(np.diag(gram), 0.0, None))
         cos_clients = mp / np.maximum(delta_norms * norm_dir, 1e-300)
         return {
             "gne-p": p.tolist(),
             "gne-weights": (p / p.sum()).tolist(),
+            **weight_spread(p / p.sum(), fractions),
             "gne-coefficients": coef.tolist(),
-            "gne-update-norm": math.sqrt(max(float(coef @ gram @ coef), 0.0)),
+            "gne-update-norm": norm_step,
             "gne-fedavg-update-norm": norm_avg,
+            "gne-step-norm-ratio": norm_step / norm_avg if norm_avg > 0 else math.inf,
             "gne-cos-fedavg": float(p @ gram @ fractions) / max(norm_dir * norm_avg, 1e-300),
             "gne-cos-clients-min": float(cos_clients.min()),
             "gne-cos-clients-max": float(cos_clients.max()),
@@ -148,3 +181,4 @@ class GNEStrategy(FLStrategy):
     def load_state_dict(self, state: dict[str, Any]) -> None:
         super().load_state_dict(state)
         self.warm = {int(c): float(w) for c, w in state.get("gne_warm", {}).items()}
+

@@ -28,7 +28,9 @@ COMMON: dict[str, Any] = {"dataset": "digits", "partition": "dirichlet", "dirich
 NUM_NODES = 4
 # job name -> overrides (the job's method is its name unless "method" is given); tweaks keep mechanisms active
 PER_JOB: dict[str, dict[str, Any]] = {
-    "fedrane": {"model": "convnet", "fedrane.lra-topk": 3}, "fedrane-no-gne": {"model": "convnet", "fedrane.lra-topk": 3},
+    "fedrane": {"model": "convnet"},  # FedRANE's defaults: inductive evaluation, row-mean graph cut
+    "fedrane-no-gne": {"model": "convnet", "fedrane.lra-topk": 3, "fedrane.lra-cut": "none",
+                       "fedrane.lra-eval": "transductive"},  # the options: top-k graph, transductive evaluation
     "fedrane-newton": {"method": "fedrane-no-lra", "fedrane.gne-solver": "newton", "fedrane.gne-scale": "fedavg-norm"},
     "fedbc": {"fedbc.lambda-init": 0.05, "fedbc.eta-lambda": 0.1},
     "fedbc-finetune": {"fedbc.lambda-init": 0.05, "fedbc.eta-lambda": 0.1},

@@ -65,6 +65,11 @@ def test_orthogonal_equal_norm_deltas_get_equal_weights(solver):
     m = strat.round_metrics()
     np.testing.assert_allclose(m["gne-p"], [0.5, 0.5], rtol=1e-4)        # p_k = 1/||Delta_k||
     assert m["gne-cids"] == [0, 1] and m["gne-iterations"] >= 1
+    # the spread results.json records: equal weights (ratio 1), 0.4 of the mass moved away from FedAvg's 0.9/0.1
+    assert m["gne-weight-ratio"] == pytest.approx(1.0, rel=1e-4)
+    assert m["gne-tv-from-fedavg"] == pytest.approx(0.4, rel=1e-4)
+    # normalized step sqrt(2) vs FedAvg's ||0.9 d1 + 0.1 d2|| = 2 sqrt(0.82)
+    assert m["gne-step-norm-ratio"] == pytest.approx(math.sqrt(2) / (2 * math.sqrt(0.82)), rel=1e-4)
     assert np.asarray(m["gne-p"]) @ np.asarray(m["gne-p"]) * 4 == pytest.approx(2.0, rel=1e-4)  # p^T M p = K
 
 
@@ -107,6 +112,7 @@ def test_degenerate_round_falls_back_to_weighted_average(caplog):
     np.testing.assert_allclose(flat(new), flat(expect), rtol=1e-6)
     m = strat.round_metrics()
     assert m["gne-status"] == "degenerate" and "vanishes" in m["gne-fallback"]
+    assert m["gne-tv-from-fedavg"] == 0 and m["gne-step-norm-ratio"] == 1 and m["gne-weight-ratio"] == pytest.approx(3)
     assert "falling back" in caplog.text
 
 
@@ -205,7 +211,8 @@ def test_fedrane_simulation_learns(tmp_path):
 
     doc = simulate({"method": "fedrane", "dataset": "digits", "model": "convnet", "num-server-rounds": 3,
                     "partition": "dirichlet", "dirichlet-alpha": 0.5, "local-epochs": 2, "batch-size": 64,
-                    "lr": 0.1, "fedrane.lra-graph": "closed-form", "out-dir": str(tmp_path), "checkpoint": False},
+                    "lr": 0.1, "fedrane.lra-graph": "closed-form", "local-test-fraction": 0.25,
+                    "out-dir": str(tmp_path), "checkpoint": False},
                    num_supernodes=4, engine="ray")   # Flower's Ray simulation
     rounds = doc["rounds"]
     assert len(rounds) == 3
@@ -215,5 +222,7 @@ def test_fedrane_simulation_learns(tmp_path):
         assert len(s["gne-p"]) == row["num_updates"] == 4
         assert abs(sum(s["gne-weights"]) - 1) < 1e-9
         assert row["local_accuracy"] is not None
+        assert row["global_lra_eval"] == "inductive" and 0 < row["global_lra_graph_density"] < 1
+        assert 0 < s["lra-graph-density-mean"] < 1 and 0 < s["lra-eval-graph-density-mean"] < 1
     assert rounds[-1]["global_accuracy"] > 0.2          # well above chance (0.1) after 3 rounds
     assert rounds[-1]["global_loss"] < rounds[0]["global_loss"]

@@ -11,7 +11,7 @@ import torch
 from flcore.config import ConfigError, RunConfig, resolve_run_config
 from flcore.methods.fedrane import FedRANEConfig
 from models import build_model
-from models.lra import (AttentiveMessagePassing, LRANeck, batch_graph, contrastive_discrimination,
+from models.lra import (AttentiveMessagePassing, LRANeck, batch_graph, contrastive_discrimination, graph_density,
                         inverse_sqrt_gram, neighbour_mask, pearson_matrix, relational_adjacency,
                         slim_alternating, slim_b_step, slim_closed_form, slim_objective)
 from tests._baselines_util import bound_error, run_config_keys
@@ -92,7 +92,7 @@ def test_inverse_sqrt_gram_and_clamp():
     assert torch.all(torch.isfinite(inverse_sqrt_gram(rank1, 1e-6)))    # singular BB^T: still finite
 
 
-def test_adjacency_and_neighbour_mask():
+def test_adjacency_and_neighbour_mask():  # cut = none: the paper's literal N_i = {j : A_ij > 0}
     b = torch.tensor([[0.0, -2.0, 0.0, 1.0], [1.0, 0.0, 0.5, 0.0], [0.0, 0.0, 0.0, 0.0], [3.0, 0.0, 0.0, 0.0]])
     a = relational_adjacency(b)
     expect = torch.tensor([[0.0, 1.5, 0.0, 2.0], [1.5, 0.0, 0.25, 0.0], [0.0, 0.25, 0.0, 0.0], [2.0, 0.0, 0.0, 0.0]])
@@ -169,16 +169,19 @@ def test_model_hook_installs_federated_neck():
 def test_neck_train_and_eval_modes():
     torch.manual_seed(0)
     z = torch.relu(torch.randn(20, 64))
-    neck = build_model(cfg(), (1, 8, 8), 10).neck
+    neck = build_model(cfg(lra_eval="transductive"), (1, 8, 8), 10).neck
     neck.train()
     out = neck(z)
     assert out.shape == z.shape and torch.all(torch.isfinite(out))
     neck.eval()
-    assert torch.allclose(neck(z), out)                       # relational at evaluation too (default)
+    assert torch.allclose(neck(z), out)                       # transductive: the training graph over the batch
     one = neck(z[:1])                                         # a batch of one: finite, attends to itself
     assert torch.all(torch.isfinite(one))
     ident = build_model(cfg(lra_eval="identity"), (1, 8, 8), 10).neck.eval()
     assert torch.equal(ident(z), z)
+    inductive = build_model(cfg(), (1, 8, 8), 10).neck.eval()  # the default needs a support set of training data
+    with pytest.raises(RuntimeError, match="needs a support set of training data"):
+        inductive(z)
     mixed = LRANeck(64, FedRANEConfig(lra_alpha=0.25))
     zh = mixed.augment(z)
     assert torch.allclose(mixed(z), 0.25 * z + 0.75 * zh)
@@ -199,18 +202,29 @@ def test_gradients_reach_extractor_and_attention():
     assert float(next(model.backbone.parameters()).grad.abs().sum()) > 0
 
 
-def test_batch_graph_modes_and_topk():
+def test_batch_graph_cuts_and_topk():
     z = features(n=30)
-    dense = batch_graph(z, FedRANEConfig())
+    dense = batch_graph(z, FedRANEConfig(lra_cut="none"))
     assert not torch.any(torch.diagonal(dense))
     assert int(dense.sum()) == 30 * 29                        # SLIM weights are dense: N_i = all j != i
-    sparse = batch_graph(z, FedRANEConfig(lra_topk=4, lra_graph="closed-form"))
-    assert torch.all(sparse.sum(1) >= 4) and not torch.any(torch.diagonal(sparse))
+    sparse = batch_graph(z, FedRANEConfig())                  # default: the relations above the node's mean
+    a = relational_adjacency(slim_alternating(pearson_matrix(z), 0.1, 5, 1e-6))
+    off = a.masked_fill(torch.eye(30, dtype=torch.bool), 0.0)
+    assert torch.equal(sparse, off > off.sum(1, keepdim=True) / 29)
+    density = float(graph_density(sparse).mean())
+    assert 0.1 < density < 0.6                                # a real cut, not the complete graph
+    capped = batch_graph(z, FedRANEConfig(lra_topk=4, lra_graph="closed-form", lra_cut="none"))
+    assert torch.all(capped.sum(1) >= 4) and not torch.any(torch.diagonal(capped))
+    both = batch_graph(z, FedRANEConfig(lra_topk=2))          # at most 2 of the above-mean relations
+    assert torch.all(both.sum(1) <= 2) and torch.all(both <= sparse)
 
 
 def test_config_errors_name_the_key():
     for key, value, allowed in (("fedrane.lra-graph", "knn", "one of alternating, closed-form"),
-                                ("fedrane.lra-eval", "sometimes", "one of relational, identity"),
+                                ("fedrane.lra-eval", "relational", "one of inductive, transductive, identity"),
+                                ("fedrane.lra-cut", "knn", "one of row-mean, none"),
+                                ("fedrane.lra-eval-batch", 1024, ">= 2, <= 512"),
+                                ("fedrane.lra-support-size", -1, ">= 0"),
                                 ("fedrane.lra-tau", 0.0, "> 0, finite"),
                                 ("fedrane.lra-alpha", 1.5, ">= 0, <= 1, finite"),
                                 ("fedrane.lra-steps", 0, ">= 1")):
