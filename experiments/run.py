@@ -16,6 +16,8 @@ Config format (TOML):
     [runs.fedprox]
     method = "fedprox"
     fedprox.mu = 0.1                     # a method's keys are sectioned, as on `flwr run -c`
+    [tuning]                             # optional: the tuning protocol (experiments/tuning.py); the runs
+    lr = [0.01, 0.03, 0.1]               # then use the values `python -m experiments.tune` chose
 Finished runs (a complete results.json) are skipped unless --force. A failing run is reported and the
 others go on; the exit code is non-zero if any run failed.
 """
@@ -33,6 +35,7 @@ from typing import Any
 
 from flwr.common.config import flatten_dict
 
+from experiments.tuning import load_choices, parse_plan
 from flcore.config import PROJECT_ROOT, ConfigError, RunConfig, resolve_run_config
 
 RESULTS_ROOT = PROJECT_ROOT / "results"
@@ -57,7 +60,17 @@ def load_experiment(path: Path) -> dict[str, Any]:
             RunConfig.from_dict(resolve_run_config({**doc["base"], **over}))
         except ConfigError as exc:
             raise ConfigError(f"{path}: run '{label}': {exc}") from None
+    doc["tuning"] = parse_plan(doc["tuning"], list(doc["runs"]), str(path)) if "tuning" in doc else None
     return doc
+
+
+def tuned_runs(doc: dict[str, Any], root: Path) -> dict[str, dict[str, Any]]:
+    """Each run's overrides, with the values its tuning chose (experiments/tuning.py) when the experiment has
+    a [tuning] table: the reported runs train on all training data (no validation split)."""
+    if doc.get("tuning") is None:
+        return dict(doc["runs"])
+    chosen = load_choices(root, list(doc["runs"]))
+    return {label: {**over, **chosen[label]} for label, over in doc["runs"].items()}
 
 
 def run_dir(name: str, label: str, seed: int) -> Path:
@@ -104,7 +117,7 @@ def main(argv: list[str] | None = None) -> int:
     out_root.mkdir(parents=True, exist_ok=True)
     shutil.copyfile(args.config, out_root / "experiment.toml")
     jobs = []  # (label, seed, out-dir, run-config values) of every run still to do, in order
-    for label, over in doc["runs"].items():
+    for label, over in tuned_runs(doc, out_root).items():
         if args.only and label not in args.only:
             continue
         for seed in seeds:

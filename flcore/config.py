@@ -89,8 +89,8 @@ class CommonConfig(Section):
     # --- local training
     local_epochs: int = param(1, "local epochs E", ge=1)
     batch_size: int = param(32, "local minibatch size B", ge=1)
-    lr: float = param(0.01, "local SGD learning rate (default chosen on validation data: docs/RESULTS.md, "
-                            "tuning of the default job)", gt=0)
+    lr: float = param(0.03, "local SGD learning rate (chosen by the tuning protocol on validation data: "
+                            "results/default-fedavg/tuning.json)", gt=0)
     momentum: float = param(0.9, "local SGD momentum (0.9: the optimizer of FedUFO, FedETF and most non-IID "
                                  "FL papers)", ge=0, lt=1)
     weight_decay: float = param(5e-4, "local SGD weight decay (5e-4: FedETF's; FedUFO uses 2e-4, see its "

@@ -35,7 +35,7 @@ def test_pyproject_generator_check_passes():
 def test_defaults_parse_to_the_dataclass_defaults():
     cfg = RunConfig.from_dict({})
     assert cfg.to_dict() == defaults()
-    assert cfg.lr == 0.01 and cfg.momentum == 0.9 and cfg.method == "fedavg"
+    assert cfg.lr == 0.03 and cfg.momentum == 0.9 and cfg.method == "fedavg"
     assert cfg.section(FedProxConfig).mu == 0.01
 
 
