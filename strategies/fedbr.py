@@ -2,7 +2,9 @@
 
 phi, omega and the projection head theta are all averaged uniformly over the M clients of the round:
 x_{t+1} = x_t + (1/M) sum_i (x_i - x_t) = (1/M) sum_i x_i. ``fedbr-weighting = samples`` weights by n_k instead.
-The round's mean client losses (L_con at the max and min steps, pseudo-data CE) are logged every round.
+The round's client means of the mechanism's quantities (flcore/methods/fedbr.py: L_con before and after the max
+step and at the end of local training, the two cosine similarities inside L_con, the pseudo-data CE) are logged
+every round.
 """
 
 from __future__ import annotations
@@ -13,11 +15,10 @@ from typing import Any
 import numpy as np
 
 from flcore.config import RunConfig
-from flcore.methods.fedbr import FedBRConfig
+from flcore.methods.fedbr import METRICS, FedBRConfig
 from strategies.aggregation import apply_update, deltas
 from strategies.base import ClientUpdate, FLStrategy, Params
 
-_LOGGED = ("fedbr-max-con-loss", "fedbr-con-loss", "fedbr-pseudo-ce")
 
 
 def uniform_delta_average(global_params: Params, client_params: list[Params],
@@ -46,7 +47,7 @@ class FedBRStrategy(FLStrategy):
     def aggregate(self, server_round: int, params: Params, updates: list[ClientUpdate]) -> Params:
         weights = None if self.fb.weighting == "uniform" else [float(u.num_examples) for u in updates]
         self._metrics = {}
-        for key in _LOGGED:
+        for key in METRICS:
             vals = [float(u.metrics[key]) for u in updates if key in u.metrics]
             if vals:
                 self._metrics[key] = float(np.mean(vals))

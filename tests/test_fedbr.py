@@ -22,10 +22,10 @@ from client_app.trainers.base import ClientData, TrainJob
 from client_app.trainers.fedbr import (ContrastiveTerm, FedBRTrainer, MaxStep, PseudoBatch,
                                        PseudoClassTerm)
 from client_app.trainers.fedbr_pseudo import (contrastive_loss, mixture_pseudo_data, mixup, proxy_samples,
-                                              rsm_pseudo_data, soft_cross_entropy, uniform_labels)
+                                              rsm_pseudo_data, similarities, soft_cross_entropy, uniform_labels)
 from client_app.training import Step
 from flcore.config import PROJECT_ROOT, ConfigError, RunConfig
-from flcore.methods.fedbr import STATE_KEY, FedBRConfig
+from flcore.methods.fedbr import METRICS, STATE_KEY, FedBRConfig
 from flcore.registry import get_method
 from models.base import FLModel
 from models.extras import ProjectionHead, add_fedbr_projection
@@ -118,6 +118,21 @@ def test_contrastive_loss_equals_hand_computed_values():
         (row1 + math.log(1 + math.exp(0))) / 2, rel=1e-6)
 
 
+def test_similarities_are_the_cosines_inside_l_con():
+    a = torch.tensor([[1.0, 0.0], [0.0, 2.0]])
+    g = torch.tensor([[1.0, 1.0], [0.0, 1.0]])           # cos 1/sqrt(2), 1
+    c = torch.tensor([[-1.0, 0.0], [3.0, 0.0]])          # index pairing: cos -1, 0
+    s1, s2 = similarities(a, g, c, "index")
+    assert s1 == pytest.approx((2 ** -0.5 + 1) / 2) and s2 == pytest.approx(-0.5)
+    # L_con = mean softplus(s2/tau2 - s1/tau1), here by hand with tau = 0.5
+    want = np.mean([math.log1p(math.exp(-2 - 2 * 2 ** -0.5)), math.log1p(math.exp(0 - 2))])
+    assert contrastive_loss(a, g, c, 0.5, 0.5, "index").item() == pytest.approx(want, rel=1e-6)
+    # collapse: every projected vector on one direction -> s1 = s2 = 1 and L_con = log 2, whatever tau
+    one = torch.ones(4, 3)
+    assert similarities(one, 2 * one, 3 * one, "all-pairs") == pytest.approx((1.0, 1.0))
+    assert contrastive_loss(one, one, one, 0.5, 0.5).item() == pytest.approx(math.log(2))
+
+
 def test_soft_cross_entropy_reduces_to_ce_and_log_c():
     logits = torch.randn(5, C, generator=torch.Generator().manual_seed(0))
     y = torch.tensor([0, 2, 1, 1, 0])
@@ -142,7 +157,8 @@ def tiny_model(cfg: RunConfig) -> FLModel:
 
 def make_job(overrides: dict | None = None, n: int = 24, server_round: int = 1, state: ClientState | None = None,
              model: FLModel | None = None) -> TrainJob:
-    cfg = RunConfig.from_dict({"method": "fedbr", "batch-size": 8, "lr": 0.1, **(overrides or {})})
+    cfg = RunConfig.from_dict({"method": "fedbr", "batch-size": 8, "lr": 0.1, "momentum": 0.0, "weight-decay": 0.0,
+                               **(overrides or {})})
     gen = torch.Generator().manual_seed(5)
     x = torch.randn(n, 1, 4, 4, generator=gen)
     y = torch.randint(0, C, (n,), generator=gen)
@@ -202,6 +218,40 @@ def test_max_step_changes_only_theta_and_is_one_sgd_step_on_minus_lcon():
     assert after.item() > -obj.item()
 
 
+def test_max_step_is_plain_sgd_with_the_runs_weight_decay_unless_max_momentum_is_set():
+    """Authors' code: the projection head's optimizer is SGD(lr, weight_decay) without momentum, whatever the
+    local optimizer's momentum; fedbr.max-momentum adds one."""
+    for over, want in (({"momentum": 0.9, "weight-decay": 1e-3}, 0.0),
+                       ({"momentum": 0.9, "weight-decay": 1e-3, "fedbr.max-momentum": 0.5}, 0.5)):
+        trainer = FedBRTrainer(make_job(over))
+        max_step = next(t for t in trainer.terms() if isinstance(t, MaxStep))
+        max_step.begin(trainer.job.model)
+        group = max_step.opt.param_groups[0]
+        assert (group["momentum"], group["weight_decay"], group["lr"]) == (want, 1e-3, 0.1)
+        assert trainer.optim_config().momentum == 0.9          # the min step keeps the run's optimizer
+
+
+def test_global_features_of_each_step_or_cached_from_the_rounds_first_pseudo_batch():
+    """Eq. 5 pairs phi_i(x_p) with phi_g(x_p) of the same x_p (step); the authors' code keeps phi_g of the
+    round's first Mixture batch for the whole round (round)."""
+    job = make_job()
+    model = job.model
+    for once, want in ((False, [1.0, 2.0, 3.0]), (True, [1.0, 1.0, 1.0])):
+        batches = iter([torch.full((2, 1, 4, 4), float(v)) for v in (1, 2, 3)])
+        pb = PseudoBatch(lambda: (next(batches), uniform_labels(2, C)), per_step=True, need_global=True,
+                         global_once=once)
+        pb.begin(model)
+        for _ in range(3):
+            pb.before_step(model, job.data.x_train[:2], job.data.y_train[:2])
+            x_p = pb.x
+            with torch.no_grad():
+                expect = model.features(torch.full_like(x_p, want.pop(0)))
+            torch.testing.assert_close(pb.g, expect)
+        pb.end(model)
+    trainer = FedBRTrainer(make_job({"fedbr.global-features": "round"}))
+    assert next(t for t in trainer.terms() if isinstance(t, PseudoBatch)).global_once
+
+
 def test_min_step_never_changes_theta():
     job = make_job({"fedbr.max-step": False})
     before = snapshot(job.model)
@@ -245,8 +295,18 @@ def test_one_local_step_equals_algorithm_1_by_hand():
     for (name, want), got in zip(m.named_parameters(), job.model.parameters()):
         assert torch.allclose(got, want, atol=1e-6), name
     metrics = trainer.extra_metrics(None)
-    assert set(metrics) == {"fedbr-max-con-loss", "fedbr-con-loss", "fedbr-pseudo-ce"}
+    assert set(metrics) == set(METRICS)
     assert metrics["fedbr-max-con-loss"] == pytest.approx(-obj.item(), rel=1e-5)
+    # after the max step (theta^1, phi^0): the min step's L_con term and its two cosines
+    with torch.no_grad():
+        a0, g0, c0 = proj(zp), proj(g), proj(z)       # proj is theta^1 here, zp/z were computed with phi^0
+        assert metrics["fedbr-con-loss"] == pytest.approx(contrastive_loss(a0, g0, c0, 0.5, 0.5, "mean").item(),
+                                                          rel=1e-5)
+        assert (metrics["fedbr-sim-global"], metrics["fedbr-sim-real"]) == pytest.approx(
+            similarities(a0, g0, c0, "mean"), rel=1e-5)
+        # end of local training: theta^1, phi^1 on the same (only) batches
+        end = contrastive_loss(proj(m.features(x_p)), proj(g), proj(m.features(x)), 0.5, 0.5, "mean").item()
+    assert metrics["fedbr-con-end"] == pytest.approx(end, rel=1e-5)
 
 
 @pytest.mark.parametrize("over,kinds", [
@@ -335,14 +395,17 @@ def test_fedbr_simulation_learns_and_averages_the_projection_head(tmp_path):
 
     from experiments.simulate import simulate
     doc = simulate({"method": "fedbr", "dataset": "digits", "num-server-rounds": 3, "partition": "dirichlet",
-                    "dirichlet-alpha": 0.5, "local-epochs": 2, "out-dir": str(tmp_path)}, num_supernodes=4)
+                    "dirichlet-alpha": 0.5, "local-epochs": 2, "local-test-fraction": 0.0, "lr": 0.05,
+                    "out-dir": str(tmp_path)}, num_supernodes=4)
     rounds = doc["rounds"]
     assert len(rounds) == 3 and all(r["num_updates"] == 4 for r in rounds)
     accs = [r["global_accuracy"] for r in rounds]
     assert accs[-1] > 0.5 and accs[-1] > accs[0]  # 10 classes: chance is 0.1
     for r in rounds:  # the clients' max/min-step losses reach the server every round
         s = r["strategy"]
-        assert set(s) == {"fedbr-max-con-loss", "fedbr-con-loss", "fedbr-pseudo-ce"}
-        assert all(math.isfinite(v) and v > 0 for v in s.values())
+        assert set(s) == set(METRICS)
+        assert all(math.isfinite(v) for v in s.values())
+        assert all(s[k] > 0 for k in ("fedbr-max-con-loss", "fedbr-con-loss", "fedbr-con-end", "fedbr-pseudo-ce"))
+        assert all(-1 <= s[k] <= 1 for k in ("fedbr-sim-global", "fedbr-sim-real"))
     state = th.load(tmp_path / "final_model.pt")
     assert {"extras.proj.0.weight", "extras.proj.4.weight"} <= set(state)  # P_theta is averaged with the model

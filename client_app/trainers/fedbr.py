@@ -5,6 +5,7 @@ head P_theta in ``model.extras["proj"]`` (added by :func:`add_projection_head`);
 Every local step k, inside the one loop (client_app/training.py), with the pseudo batch D_p:
 
   Max step (Alg. 1 line 8, Eq. 2), theta only:   theta <- theta - eta * grad_theta(-L_con)
+      (plain SGD with the run's weight decay, as the authors' code; ``fedbr.max-momentum`` adds momentum)
   Min step (Alg. 1 lines 10-11, Eq. 3), phi and omega:
       CE(omega(phi(x)), y) + lambda * CE_soft(omega(phi(x_p)), y~_p) + mu * L_con(theta after the max step)
 
@@ -32,10 +33,11 @@ import torch.nn.functional as F
 from torch import nn
 
 from client_app.trainers.base import Trainer, frozen_copy
-from client_app.trainers.fedbr_pseudo import (contrastive_loss, mixture_pseudo_data,
-                                              mixup, proxy_samples, rsm_pseudo_data, soft_cross_entropy)
+from client_app.trainers.fedbr_pseudo import (contrastive_loss, mixture_pseudo_data, mixup, proxy_samples,
+                                              rsm_pseudo_data, similarities, soft_cross_entropy)
 from client_app.training import LossTerm, Step, TrainStats, local_train
-from flcore.methods.fedbr import STATE_KEY, FedBRConfig
+from flcore.methods.fedbr import (CON_AFTER_MAX, CON_BEFORE_MAX, CON_END, PSEUDO_CE, SIM_GLOBAL, SIM_REAL,
+                                  STATE_KEY, FedBRConfig)
 
 
 def _seed(*parts: int) -> int:
@@ -45,21 +47,26 @@ def _seed(*parts: int) -> int:
 
 # ------------------------------------------------------------------------------------------------ loss terms
 class PseudoBatch(LossTerm):
-    """This step's pseudo batch x_p, its target y~_p, phi_g(x_p) and phi_i(x_p) (shared by the other terms)."""
+    """This step's pseudo batch x_p, its target y~_p, phi_g(x_p) and phi_i(x_p) (shared by the other terms).
+
+    ``global_once``: phi_g is computed on the round's first pseudo batch only and reused at every step, even
+    when Mixture redraws x_p (the authors' code caches it so); by default it is phi_g of the current x_p (Eq. 5).
+    """
 
     def __init__(self, make: Callable[[], tuple[torch.Tensor, torch.Tensor]], per_step: bool,
-                 need_global: bool) -> None:
-        self.make, self.per_step, self.need_global = make, per_step, need_global
+                 need_global: bool, global_once: bool = False) -> None:
+        self.make, self.per_step, self.need_global, self.global_once = make, per_step, need_global, global_once
         self.x = self.q = self.g = self.z = None
         self._global: nn.Module | None = None
 
     def _refresh(self) -> None:
         self.x, self.q = self.make()
-        if self.need_global:
+        if self.need_global and not (self.global_once and self.g is not None):
             with torch.no_grad():
                 self.g = self._global.features(self.x)  # type: ignore[union-attr]
 
     def begin(self, model: nn.Module) -> None:
+        self.g = None
         if self.need_global:
             self._global = frozen_copy(model)  # phi_g = the round's received extractor
         if not self.per_step:
@@ -115,20 +122,42 @@ class MaxStep(LossTerm):
 
 
 class ContrastiveTerm(LossTerm):
-    """mu * L_con in the min step (component 2); gradients reach phi through phi_i(x_p) and phi_i(x)."""
+    """mu * L_con in the min step (component 2); gradients reach phi through phi_i(x_p) and phi_i(x).
+
+    Also measures the mechanism: the two cosine similarities inside L_con (f1: pseudo local vs pseudo global,
+    f2: pseudo local vs real local) and, at the end of local training, L_con of the final theta and phi on the
+    last step's batches (the min steps should have lowered it below the max steps' values).
+    """
 
     def __init__(self, pb: PseudoBatch, mu: float, tau1: float, tau2: float, pairing: str) -> None:
         self.pb, self.mu, self.tau1, self.tau2, self.pairing = pb, mu, tau1, tau2, pairing
-        self.sum = 0.0
+        self.sum = self.sim_global = self.sim_real = 0.0
         self.count = 0
+        self.end_value: float | None = None
+        self._last: tuple[torch.Tensor, torch.Tensor, torch.Tensor] | None = None
 
     def loss(self, model: nn.Module, step: Step) -> torch.Tensor:
         proj = model.extras["proj"]
-        l_con = contrastive_loss(proj(self.pb.z), proj(self.pb.g), proj(step.features), self.tau1, self.tau2,
-                                 self.pairing)
+        a, g, c = proj(self.pb.z), proj(self.pb.g), proj(step.features)
+        l_con = contrastive_loss(a, g, c, self.tau1, self.tau2, self.pairing)
+        with torch.no_grad():
+            s1, s2 = similarities(a, g, c, self.pairing)
         self.sum += float(l_con.detach())
+        self.sim_global += s1
+        self.sim_real += s2
         self.count += 1
+        self._last = (self.pb.x, self.pb.g, step.x)
         return self.mu * l_con
+
+    def end(self, model: nn.Module) -> None:
+        if self._last is None:
+            return
+        x_p, g, x = self._last
+        proj = model.extras["proj"]
+        with torch.no_grad():
+            self.end_value = float(contrastive_loss(proj(model.features(x_p)), proj(g), proj(model.features(x)),
+                                                    self.tau1, self.tau2, self.pairing))
+        self._last = None
 
 
 class PseudoClassTerm(LossTerm):
@@ -193,12 +222,12 @@ class FedBRTrainer(Trainer):
         if not fb.uses_pseudo:
             return []
         make, per_step = self.pseudo_source()
-        pb = PseudoBatch(make, per_step, need_global=fb.feature_debias)
+        pb = PseudoBatch(make, per_step, need_global=fb.feature_debias, global_once=fb.global_features == "round")
         terms: list[LossTerm] = [pb]
         if fb.runs_max_step:
             oc = self.optim_config()
             terms.append(MaxStep(pb, fb.tau1, fb.tau2, fb.pairing, fb.proj_lr or oc.lr,
-                                 oc.momentum, oc.weight_decay))
+                                 fb.max_momentum, oc.weight_decay))
         if fb.feature_debias:
             terms.append(ContrastiveTerm(pb, fb.mu, fb.tau1, fb.tau2, fb.pairing))
         if fb.classifier_debias:
@@ -243,9 +272,14 @@ class FedBRTrainer(Trainer):
 
     def extra_metrics(self, stats: TrainStats) -> dict[str, float | int]:
         out: dict[str, float | int] = {}
-        names = {MaxStep: "fedbr-max-con-loss", ContrastiveTerm: "fedbr-con-loss", PseudoClassTerm: "fedbr-pseudo-ce"}
         for term in self._terms:
-            name = names.get(type(term))
-            if name and term.count:
-                out[name] = term.sum / term.count
+            if isinstance(term, MaxStep) and term.count:
+                out[CON_BEFORE_MAX] = term.sum / term.count
+            elif isinstance(term, ContrastiveTerm) and term.count:
+                out.update({CON_AFTER_MAX: term.sum / term.count, SIM_GLOBAL: term.sim_global / term.count,
+                            SIM_REAL: term.sim_real / term.count})
+                if term.end_value is not None:
+                    out[CON_END] = term.end_value
+            elif isinstance(term, PseudoClassTerm) and term.count:
+                out[PSEUDO_CE] = term.sum / term.count
         return out

@@ -7,7 +7,7 @@ omega the classifier, P_theta the projection head, D_p the pseudo-data (|D_p| = 
 - :func:`mixture_pseudo_data`  "Mixture" pseudo-data, paper Eq. (4).
 - :func:`proxy_samples`        the globally shared proxy set x_p that Mixture mixes with (our choice: seeded
                                noise, see the function; the authors used another dataset).
-- :func:`contrastive_loss`     L_con, paper Eqs. (5)-(7).
+- :func:`contrastive_loss`     L_con, paper Eqs. (5)-(7); :func:`similarities` its two cosines.
 - :func:`soft_cross_entropy`   L_cls with a soft target (the pseudo-data term of Eq. (3)).
 - :func:`mixup`                the "FedBR + Mixup" option on real data (Zhang et al. 2018).
 """
@@ -107,6 +107,32 @@ def proxy_samples(shape: tuple[int, ...], size: int, seed: int, kind: str = "smo
     return flat.reshape(size, *shape)
 
 
+def _pair_cosines(local_pseudo: torch.Tensor, global_pseudo: torch.Tensor, local_real: torch.Tensor,
+                  pairing: str) -> tuple[torch.Tensor, torch.Tensor]:
+    """(s1, s2) = cosine similarities of f1's and f2's pairs (Eqs. 5-6), of equal shapes: (P,), or (P, b) for
+    ``all-pairs`` (s1 repeated along the real samples). ``pairing`` as in :func:`contrastive_loss`."""
+    if pairing not in PAIRINGS:
+        raise ValueError(f"unknown pairing '{pairing}'; allowed: {', '.join(PAIRINGS)}")
+    s1 = F.cosine_similarity(local_pseudo, global_pseudo, dim=1)  # (P,)
+    if pairing == "index":
+        idx = torch.arange(local_pseudo.shape[0], device=local_real.device) % local_real.shape[0]
+        s2 = F.cosine_similarity(local_pseudo, local_real[idx], dim=1)  # (P,)
+    elif pairing == "mean":
+        s2 = F.cosine_similarity(local_pseudo, local_real.mean(dim=0, keepdim=True), dim=1)
+    else:
+        s2 = F.cosine_similarity(local_pseudo[:, None, :], local_real[None, :, :], dim=2)  # (P, b)
+        s1 = s1[:, None].expand_as(s2)
+    return s1, s2
+
+
+def similarities(local_pseudo: torch.Tensor, global_pseudo: torch.Tensor, local_real: torch.Tensor,
+                 pairing: str = "index") -> tuple[float, float]:
+    """Mean (s1, s2) over the pairs: how close P(phi_i(x_p)) is to P(phi_g(x_p)) and to P(phi_i(x)). Both near
+    1 means the projection maps pseudo and real features to one direction and L_con sits at log 2."""
+    s1, s2 = _pair_cosines(local_pseudo, global_pseudo, local_real, pairing)
+    return float(s1.mean()), float(s2.mean())
+
+
 def contrastive_loss(local_pseudo: torch.Tensor, global_pseudo: torch.Tensor, local_real: torch.Tensor,
                      tau1: float, tau2: float, pairing: str = "index") -> torch.Tensor:
     """L_con of paper Eqs. (5)-(7), averaged over the pseudo batch. Inputs are already projected by P_theta:
@@ -123,20 +149,10 @@ def contrastive_loss(local_pseudo: torch.Tensor, global_pseudo: torch.Tensor, lo
         expectation, estimated with all pairs of the two batches);
       - ``mean``: pseudo sample j with the mean projected real feature of the minibatch (1/b) sum_i c_i.
     """
-    if pairing not in PAIRINGS:
-        raise ValueError(f"unknown pairing '{pairing}'; allowed: {', '.join(PAIRINGS)}")
     if tau1 <= 0 or tau2 <= 0:
         raise ValueError(f"temperatures must be > 0, got tau1={tau1}, tau2={tau2}")
-    s1 = F.cosine_similarity(local_pseudo, global_pseudo, dim=1) / tau1  # (P,)
-    if pairing == "index":
-        idx = torch.arange(local_pseudo.shape[0], device=local_real.device) % local_real.shape[0]
-        s2 = F.cosine_similarity(local_pseudo, local_real[idx], dim=1) / tau2  # (P,)
-    elif pairing == "mean":
-        s2 = F.cosine_similarity(local_pseudo, local_real.mean(dim=0, keepdim=True), dim=1) / tau2
-    else:
-        s2 = F.cosine_similarity(local_pseudo[:, None, :], local_real[None, :, :], dim=2) / tau2  # (P, b)
-        s1 = s1[:, None].expand_as(s2)
-    return F.softplus(s2 - s1).mean()
+    s1, s2 = _pair_cosines(local_pseudo, global_pseudo, local_real, pairing)
+    return F.softplus(s2 / tau2 - s1 / tau1).mean()
 
 
 def soft_cross_entropy(logits: torch.Tensor, target: torch.Tensor) -> torch.Tensor:

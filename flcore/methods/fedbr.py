@@ -11,7 +11,16 @@ REFRESH = ("once", "round")
 WEIGHTINGS = ("uniform", "samples")
 PAIRINGS = ("index", "all-pairs", "mean")
 PROXY_KINDS = ("smooth-noise", "white-noise")
+GLOBAL_FEATURES = ("step", "round")
 STATE_KEY = "fedbr-rsm"   # client state: the RSM pseudo set built at the client's first round
+# reply metrics (means over the round's local steps unless said otherwise), averaged by the server every round:
+CON_BEFORE_MAX = "fedbr-max-con-loss"  # L_con at the max step's start (theta^{k-1}, phi^{k-1})
+CON_AFTER_MAX = "fedbr-con-loss"       # L_con after the max step, the min step's term (theta^k, phi^{k-1})
+CON_END = "fedbr-con-end"              # L_con of the round's final theta, phi on the last batch
+SIM_GLOBAL = "fedbr-sim-global"        # cos(P phi_i(x_p), P phi_g(x_p)) in the min step (f1's similarity)
+SIM_REAL = "fedbr-sim-real"            # cos(P phi_i(x_p), P phi_i(x)) in the min step (f2's similarity)
+PSEUDO_CE = "fedbr-pseudo-ce"          # CE_soft of the pseudo batch (component 1)
+METRICS = (CON_BEFORE_MAX, CON_AFTER_MAX, CON_END, SIM_GLOBAL, SIM_REAL, PSEUDO_CE)
 
 
 @dataclass(frozen=True)
@@ -43,6 +52,12 @@ class FedBRConfig(Section):
     mixup_alpha: float = param(0.2, "mixup lam ~ Beta(alpha, alpha)", gt=0, old="fedbr-mixup-alpha")
     proj_lr: float = param(0.0, "learning rate of the max step (0: the run's lr, as the authors' code)", ge=0,
                            old="fedbr-proj-lr")
+    global_features: str = param("step", "phi_g(x_p) in f1 (Eq. 5): of this step's pseudo batch (step), or of the "
+                                         "round's first pseudo batch reused all round, as the authors' code caches "
+                                         "it (round; differs only when Mixture redraws x_p)",
+                                 choices=GLOBAL_FEATURES)
+    max_momentum: float = param(0.0, "momentum of the max step's SGD on theta (authors' code: plain SGD with the "
+                                     "run's weight decay; the min step uses the run's optimizer)", ge=0, lt=1)
     weighting: str = param("uniform", "server averaging: uniform (Alg. 1 lines 13-15) or n_k-weighted",
                            choices=WEIGHTINGS, old="fedbr-weighting")
 
@@ -58,4 +73,4 @@ class FedBRConfig(Section):
 METHODS = [MethodDecl(
     "fedbr", "FedBR: local learning bias reduction (Guo, Tang and Lin, ICML 2023)", "strategies.fedbr:FedBRStrategy",
     "client_app.trainers.fedbr:FedBRTrainer", config=FedBRConfig, model_hook="models.extras:add_fedbr_projection",
-    payload=Payload(metrics=("fedbr-max-con-loss", "fedbr-con-loss", "fedbr-pseudo-ce"), state=(STATE_KEY,)))]
+    payload=Payload(metrics=METRICS, state=(STATE_KEY,)))]
