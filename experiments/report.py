@@ -14,6 +14,7 @@ from typing import Any
 
 import numpy as np
 
+from experiments.claims import CLAIMS, ledger_for
 from experiments.legacy import current_run_config
 from flcore.config import PROJECT_ROOT
 
@@ -110,8 +111,35 @@ def setting(doc: dict[str, Any]) -> str:
     return ", ".join(f"{k}={rc.get(k)}" for k in keys if k in rc)
 
 
+UNTUNED = ("*Not tuned by the protocol*: the hyper-parameters are those in the description (the library's earlier "
+           "defaults, some chosen on pilot runs judged by test accuracy); kept as a record, not used by the claims "
+           "ledger.\n")
+
+
+def tuning_table(exp_dir: Path) -> str:
+    """The tuning protocol's trials and choices (results/<name>/tuning.json), or '' without tuning."""
+    f = exp_dir / "tuning.json"
+    if not f.exists():
+        return ""
+    doc = json.loads(f.read_text())
+    lines = [f"Tuning ({doc.get('metric')}, validation-fraction {doc.get('validation-fraction')}, tuning seed "
+             f"{doc.get('seed')}, lr grid {doc.get('lr-grid')}; the test set is not evaluated during tuning; files: "
+             f"`results/{exp_dir.name}/tuning.json`, `results/{exp_dir.name}/tuning/`):", "",
+             "| run | trials | chosen | validation acc of the choice | all trials (values: validation acc) |",
+             "|---|---|---|---|---|"]
+    for label, entry in doc.get("runs", {}).items():
+        chosen = ", ".join(f"{k}={v}" for k, v in entry["chosen"].items())
+        trials = "; ".join(", ".join(f"{k}={v}" for k, v in t["values"].items()) + ": " +
+                           (f"{100 * t['val_score']:.1f}" if t["val_score"] is not None else "diverged")
+                           for t in entry["trials"])
+        lines.append(f"| {label} | {entry['budget']} | {chosen} | {100 * entry['val_score']:.2f} | {trials} |")
+    return "\n".join(lines) + "\n"
+
+
 def build() -> str:
     parts = [HEADER.read_text().rstrip("\n"), ""]
+    if CLAIMS.exists():
+        parts += [ledger_for(RESULTS_ROOT, CLAIMS), ""]
     for exp_dir in sorted(p for p in RESULTS_ROOT.iterdir() if p.is_dir()) if RESULTS_ROOT.exists() else []:
         runs = load_runs(exp_dir)
         if not runs:
@@ -132,7 +160,7 @@ def build() -> str:
                   f"Experiment `{exp_dir.name}` (config `experiments/configs/` → copy in `results/{exp_dir.name}/experiment.toml`); "
                   f"{meta.get('num-supernodes', first['final'].get('num_clients'))} clients; target accuracy {target}. "
                   f"Common setting: {setting(first)}.", "",
-                  table(runs, order), "", f"![{exp_dir.name}](figures/{fig.name})", ""]
+                  table(runs, order), "", tuning_table(exp_dir) or UNTUNED, f"![{exp_dir.name}](figures/{fig.name})", ""]
     return "\n".join(parts) + "\n"
 
 
