@@ -11,7 +11,8 @@ of the node's Context (docs/PROTOCOL.md). Each handler reads its message and cal
 (:func:`node_info`, :func:`train_on_node`, :func:`evaluate_on_node`) that the NumPyClient face
 (client_app/numpy_client.py) shares. A node's identity and data come from its node config:
 ``partition-id`` + ``num-partitions`` (simulation, demos) or ``client-id`` + ``data-path`` (deployments);
-``state-dir`` persists client state across SuperNode restarts.
+``state-dir`` persists client state across SuperNode restarts and resumed runs, bound to the run and
+versioned by round as the message's "client-state" record says (client_app/state.py).
 """
 
 from __future__ import annotations
@@ -32,6 +33,7 @@ from data_partitioning.federated import ClientArrays, client_arrays, node_arrays
 from flcore.config import ConfigError, RunConfig
 from flcore.records import config_to_record, params_to_record, record_to_params
 from flcore.registry import get_method, resolve
+from flcore.state_binding import ENTRIES_METRIC, RECORD as STATE_RECORD, StateBinding
 from models import build_model
 from models.evaluation import eval_support
 
@@ -163,19 +165,24 @@ def train_on_node(cfg: RunConfig, context: Context, config: dict, params: dict, 
     device = pick_device(cfg)
     cid, data = load_client_data(cfg, dict(context.node_config), device)
     server_round = int(config.get("server-round", 0))
-    model = _model(cfg, data, device, params)
     state_dir = str(context.node_config.get("state-dir", "")) or cfg.client_state_dir
-    state = ClientState(context.state, cid, state_dir)
+    records = dict(records)
+    bound = records.pop(STATE_RECORD, None)  # which run's state, which versions (client_app/state.py)
+    decl = get_method(cfg.method)
+    state = ClientState(context.state, cid, state_dir,
+                        StateBinding.from_record(bound) if bound is not None else StateBinding.flower_run(context.run_id),
+                        server_round, f"{decl.name} client state ({', '.join(decl.payload.state) or 'undeclared'})")
+    model = _model(cfg, data, device, params)
     job = TrainJob(cfg=cfg, cid=cid, server_round=server_round, model=model,
                    global_params={k: v.detach().clone() for k, v in POOL.state_items(model)},
                    data=data, config=config, records=records, state=state, device=device,
                    generator=_generator(cfg, server_round, cid, phase), phase=phase)
-    trainer_cls = resolve(get_method(cfg.method).trainer)
-    reply = trainer_cls(job).run()
+    reply = resolve(decl.trainer)(job).run()
     del job
     POOL.give_back(model)
     del model
-    state.save()
+    state.save(server_round)
+    reply.metrics[ENTRIES_METRIC] = len(state.keys())
     return reply
 
 

@@ -70,8 +70,8 @@ def main() -> None:
         fails = "; ".join(f"client {f['cid']} {f['phase']} {f['kind']} ({f['reason'][:80]})" for f in r["failures"])
         print(f"round {r['round']}: sampled {r['sampled']}, {r['num_updates']} updates, "
               f"{r['wall_time_s']:.1f}s, G-FL {r['global_accuracy']:.3f}" + (f" | failures: {fails}" if fails else ""))
-    state = work / "state-2" / "client_2.pt"
-    print(f"node 2 client state file: {state} ({'present' if state.exists() else 'missing'})")
+    state = sorted((work / "state-2").glob("run-*/client-2/r*.pt"))  # per run and round (client_app/state.py)
+    print(f"node 2 client state files: {', '.join(p.name for p in state) or 'missing'} in {work / 'state-2'}")
 
 
 if __name__ == "__main__":

@@ -34,7 +34,8 @@ def messages_table() -> str:
         (f"`{p.QUERY}`", "registration: to each node not yet known, before its first round",
          _names([p.RUN_CONFIG]), f"`{p.INFO}` ({_names(p.QUERY_INFO_KEYS)})"),
         (f"`{p.TRAIN}`", "each round, to each sampled client",
-         f"`{p.RUN_CONFIG}`, `{p.ARRAYS}`, `{p.CONFIG}` ({_names(p.CONFIG_KEYS)} + method keys), method records",
+         f"`{p.RUN_CONFIG}`, `{p.ARRAYS}`, `{p.CONFIG}` ({_names(p.CONFIG_KEYS)} + method keys), "
+         f"`{p.CLIENT_STATE}` ({_names(p.CLIENT_STATE_KEYS)}), method records",
          f"`{p.ARRAYS}`, `{p.METRICS}` ({_names(p.TRAIN_METRICS)} + method metrics), method records"),
         (_names(relay), "phases of a multi-exchange round (methods that declare them)",
          f"as `{p.TRAIN}`", f"as `{p.TRAIN}`"),

@@ -1,7 +1,10 @@
 """Checkpoint after every round; resume with run-config ``resume-from``.
 
 A checkpoint holds the round, the global model, the strategy's full state (its ``state_dict()``: RNG,
-per-client lambdas / control variates / memory vectors / accuracies ...) and the result rows so far.
+per-client lambdas / control variates / memory vectors / accuracies ...), the result rows so far and the
+run's client-state ledger (strategies/state_ledger.py: the run token the clients' state is bound to, the
+attempts that made its history, after which round each client kept state), so that a resumed run's
+clients load the state versions of the checkpoint's round (client_app/state.py).
 Written atomically (temp file + rename), so a run killed mid-write leaves the previous checkpoint intact,
 in a safe format (flcore/safe_files.py: loading never runs code) with a format version.
 """
@@ -24,9 +27,12 @@ class CheckpointError(ValueError):
 
 
 def save_checkpoint(path: Path, *, server_round: int, params: dict, strategy_state: dict,
-                    rounds: list[dict[str, Any]], run_config: dict[str, Any]) -> None:
+                    rounds: list[dict[str, Any]], run_config: dict[str, Any],
+                    client_state: dict[str, Any] | None = None) -> None:
+    """Write the checkpoint of ``server_round`` atomically; ``client_state``: ``StateLedger.to_dict()``."""
     safe_files.save(path, "checkpoint", {"round": server_round, "params": dict(params),
-                                         "strategy": strategy_state, "rounds": rounds, "run_config": run_config})
+                                         "strategy": strategy_state, "rounds": rounds, "run_config": run_config,
+                                         "client_state": client_state})
 
 
 def load_checkpoint(resume_from: str, run_config: dict[str, Any]) -> dict[str, Any]:

@@ -33,6 +33,7 @@ from server_app.checkpoint import load_checkpoint, save_checkpoint
 from server_app.outputs import resolve_out_dir
 from server_app.results import WRITE_INTERVAL_S, ResultsWriter, spread
 from strategies.base import FLStrategy, RoundOutcome
+from strategies.state_ledger import StateLedger
 
 log = logging.getLogger("noniid_fl")
 
@@ -130,10 +131,12 @@ def run_federation(grid: Grid, cfg: RunConfig) -> dict[str, Any]:
     x_test, y_test = torch.as_tensor(x_test, device=device), torch.as_tensor(y_test, device=device)
     results = ResultsWriter(out_dir, cfg.to_dict())
     first = 1
+    strategy.state_ledger = StateLedger.fresh()  # run-bound client state (client_app/state.py)
     if cfg.resume_from:
         ckpt = load_checkpoint(cfg.resume_from, cfg.to_dict())
         params = ckpt["params"]
         strategy.load_state_dict(ckpt["strategy"])
+        strategy.state_ledger = StateLedger.resumed(ckpt.get("client_state"), int(ckpt["round"]), cfg.method)
         results.rounds = list(ckpt["rounds"])
         first = int(ckpt["round"]) + 1
         _say(f"resumed from {cfg.resume_from} after round {ckpt['round']}")
@@ -144,6 +147,7 @@ def run_federation(grid: Grid, cfg: RunConfig) -> dict[str, Any]:
     for rnd in range(first, cfg.num_server_rounds + 1):
         t0 = time.time()
         outcome = strategy.train_round(grid, rnd, params)
+        strategy.state_ledger.check_refusals(outcome.failures)  # resumed without the clients' state: stop
         params = outcome.params
         load_params(model, params)
         g_loss, g_acc = evaluate(model, x_test, y_test)
@@ -166,7 +170,9 @@ def run_federation(grid: Grid, cfg: RunConfig) -> dict[str, Any]:
         # like results.json: after every round slower than WRITE_INTERVAL_S, and always after the last one
         if cfg.checkpoint and (rnd == cfg.num_server_rounds or time.monotonic() - last_checkpoint >= WRITE_INTERVAL_S):
             save_checkpoint(out_dir / "checkpoint.pt", server_round=rnd, params=params,
-                            strategy_state=strategy.state_dict(), rounds=results.rounds, run_config=cfg.to_dict())
+                            strategy_state=strategy.state_dict(), rounds=results.rounds, run_config=cfg.to_dict(),
+                            client_state=strategy.state_ledger.to_dict())
+            strategy.state_ledger.checkpoint_round = rnd  # clients keep the state versions a resume from it needs
             last_checkpoint = time.monotonic()
         local = f"{row['local_accuracy']:.4f}" if row["local_accuracy"] is not None else "n/a"
         _say(f"[round {rnd}/{cfg.num_server_rounds}] G-FL acc {g_acc:.4f} loss {g_loss:.4f} | P-FL acc {local} | "

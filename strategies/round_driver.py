@@ -17,10 +17,12 @@ import numpy as np
 from flwr.app import ArrayRecord, Message, RecordDict
 from flwr.serverapp import Grid
 
+from flcore.protocol import CLIENT_STATE
 from flcore.records import config_to_record, params_to_record, record_to_params
 from strategies.client_registry import RoundFailed
 from strategies.aggregation import deltas, flat_norm
 from strategies.exchange import Failure, exchange
+from strategies.state_ledger import StateLedger
 from strategies.validation import update_problem
 
 log = logging.getLogger("noniid_fl")
@@ -51,6 +53,8 @@ class RoundOutcome:
 class RoundDriver:
     """Mixin of FLStrategy: messages, the exchange of a training round with retries, federated evaluation."""
 
+    state_ledger: StateLedger | None = None  # run-bound client state; the runner sets it (strategies/state_ledger.py)
+
     def _base_content(self, server_round: int) -> RecordDict:
         memo = getattr(self, "_run_config_memo", None)
         if memo is None or memo[0] is not self.cfg:
@@ -80,6 +84,8 @@ class RoundDriver:
         content["config"] = config_to_record(values)
         for key, rec in self.client_records(server_round, cid).items():
             content[key] = rec
+        if self.state_ledger is not None:
+            content[CLIENT_STATE] = self.state_ledger.record(cid)
         return content
 
     def evaluate_content(self, server_round: int, cid: int, params: Params,
@@ -103,6 +109,8 @@ class RoundDriver:
             except Exception as exc:  # noqa: BLE001 - anything malformed is a rejected update
                 rejected.append(Failure(cid, phase, "rejected", f"malformed reply: {exc!r}"))
                 continue
+            if self.state_ledger is not None:  # the client saved its state before it replied
+                self.state_ledger.note_reply(cid, server_round, metrics)
             problem = update_problem(params, reference, self.cfg.max_update_norm)
             registered = self.clients[cid].num_examples if cid in self.clients else None
             if problem is None and num != registered:
@@ -150,6 +158,8 @@ class RoundDriver:
             res = exchange(grid, sends, "train", self.cfg.round_timeout, server_round,
                            poll=self.cfg.reply_poll_interval)
             updates, rejected = self.collect_updates(server_round, res.replies, params)
+            if self.state_ledger is not None:  # a resume without the clients' state stops here
+                self.state_ledger.check_refusals(res.failures)
             failures += res.failures + rejected
             sent += res.bytes_sent
             received += res.bytes_received

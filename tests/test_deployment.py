@@ -316,9 +316,9 @@ def test_deployment_runs_fedavg_and_fedufo_on_node_local_data(node_local_fed) ->
     assert logs.count("Receiving: train.prior message") == 6
     assert logs.count("Receiving: train.posterior message") == 6
     assert "not in client state" not in logs
-    # node-config state-dir: client state persisted on each node's disk
+    # node-config state-dir: client state persisted on each node's disk, per run and round (client_app/state.py)
     for i in range(3):
-        assert (tmp / f"state-{i}" / f"client_{i}.pt").exists()
+        assert list((tmp / f"state-{i}").glob(f"run-*/client-{i}/r000002-*.pt"))
 
 
 @pytest.mark.slow

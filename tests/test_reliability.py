@@ -19,7 +19,7 @@ from tests.fakegrid import FakeGrid
 
 def cfg(tmp_path, name="run", **over):
     values = {"dataset": "digits", "num-server-rounds": 2, "out-dir": str(tmp_path / name), "batch-size": 16,
-              "lr": 0.1, "federated-eval-every": 1, **over}
+              "lr": 0.1, "federated-eval-every": 1, "local-test-fraction": 0.25, **over}
     return RunConfig.from_dict(resolve_run_config(values))
 
 
