@@ -43,9 +43,10 @@ METHODS = {name: OVERRIDES.get(name, OVERRIDES["fedbc"] if "fedbc" in name else 
 KILLS = {"before": (3, "train", 1, False),   # round 2 checkpointed, round 3 not started
          "during": (3, "train", 2, True),    # two clients trained round 3 and saved their state, then the kill
          "after": (3, "evaluate", 1, False)}  # every client trained round 3, the server aggregated, no checkpoint
-# the row values that must match (bytes differ: a resumed run's client-state record lists two attempts)
+# the row values that must match (all but the wall time)
 ROW_KEYS = ("round", "global_accuracy", "global_loss", "local_accuracy", "client_accuracy_mean",
-            "client_accuracy_worst", "sampled", "num_updates", "num_failures", "strategy", "per_client")
+            "client_accuracy_worst", "sampled", "num_updates", "num_failures", "strategy", "per_client",
+            "bytes_sent", "bytes_received")
 
 
 class Killed(BaseException):
