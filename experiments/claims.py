@@ -6,6 +6,7 @@ the verdict are computed here from the result files:
 
 - gain = mean over seeds of (method - baseline) final G-FL accuracy, paired by seed; +/- the std of those
   differences (>= 3 seeds required, else the claim is "not run");
+- the reason may quote statistics of per-round metrics as ``{{label:metric:min|median|max|mean}}``;
 - verdict: **reproduced** when gain - std > 0 and the gain is at least half the paper's; **partly** when the
   gain is positive but smaller than that or within one std; **not reproduced** when gain <= 0.
 """
@@ -14,6 +15,7 @@ from __future__ import annotations
 
 import json
 import math
+import re
 import tomllib
 from dataclasses import dataclass
 from pathlib import Path
@@ -68,6 +70,34 @@ def final_by_seed(results_root: Path, experiment: str, label: str) -> dict[int, 
         if value is not None:
             out[int(f.parent.name[4:])] = 100.0 * float(value)
     return out
+
+
+_PLACEHOLDER = re.compile(r"\{\{([a-z0-9_.-]+):([a-z0-9_.-]+):(min|median|max|mean)\}\}")
+
+
+def round_values(results_root: Path, experiment: str, label: str, key: str) -> list[float]:
+    """Every finite value of ``key`` in the per-round records (the row, or its ``strategy`` metrics) of every
+    finished seed of ``experiment/label``."""
+    out: list[float] = []
+    for f in sorted((results_root / experiment / label).glob("seed*/results.json")):
+        for row in json.loads(f.read_text())["rounds"]:
+            value = row.get(key, (row.get("strategy") or {}).get(key))
+            if isinstance(value, (int, float)) and not isinstance(value, bool) and math.isfinite(value):
+                out.append(float(value))
+    return out
+
+
+def fill_reason(results_root: Path, claim: Claim) -> str:
+    """The claim's reason with each ``{{label:metric:stat}}`` replaced by that statistic over all rounds and
+    seeds of run ``label`` in the claim's experiment (so the reason's numbers come from the result files)."""
+    def one(m: re.Match) -> str:
+        values = round_values(results_root, claim.experiment, m.group(1), m.group(2))
+        if not values:
+            return f"(no '{m.group(2)}' recorded for {m.group(1)})"
+        stat = {"min": np.min, "median": np.median, "max": np.max, "mean": np.mean}[m.group(3)](values)
+        return f"{stat:.3g}"
+
+    return _PLACEHOLDER.sub(one, claim.reason)
 
 
 def measure(results_root: Path, claim: Claim) -> Measured | None:
@@ -125,8 +155,8 @@ def ledger(results_root: Path, claims: list[Claim], titles: dict[str, str]) -> s
             reasons.append(f"- **{c.id}** (not run): results/{c.experiment}/ has fewer than {MIN_SEEDS} finished seeds "
                            f"of both '{c.baseline}' and '{c.method}'")
         elif v != "reproduced":
-            reasons.append(f"- **{c.id}** ({v}): " + (c.reason or "measured reason not yet written in "
-                                                              "experiments/claims.toml"))
+            reasons.append(f"- **{c.id}** ({v}): " + (fill_reason(results_root, c) or "measured reason not yet "
+                                                              "written in experiments/claims.toml"))
     if reasons:
         lines += ["", "Why, where a claim does not hold (measured):", "", *reasons]
     return "\n".join(lines)

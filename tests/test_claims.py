@@ -70,3 +70,16 @@ def test_committed_claims_name_declared_runs_of_committed_experiment_configs():
         runs = tomllib.loads(cfg.read_text())["runs"]
         assert c.baseline in runs and c.method in runs, c.id
         assert "tuning" in tomllib.loads(cfg.read_text()), f"{c.id}: a claim's experiment must be tuned"
+
+
+def test_reason_numbers_come_from_the_result_files(tmp_path):
+    for seed, vals in ((0, [0.5, 0.9]), (1, [0.7])):
+        d = tmp_path / "e" / "m" / f"seed{seed}"
+        d.mkdir(parents=True)
+        rounds = [{"strategy": {"w-ratio": v}} for v in vals]
+        (d / "results.json").write_text(json.dumps({"run_config": {}, "rounds": rounds, "final": {}}))
+    from experiments.claims import fill_reason
+
+    c = Claim("x", "P", "c", "f", 1.0, "e", "b", "m", reason="ratio {{m:w-ratio:median}} up to {{m:w-ratio:max}}; "
+                                                             "{{m:nothing:max}}")
+    assert fill_reason(tmp_path, c) == "ratio 0.7 up to 0.9; (no 'nothing' recorded for m)"
