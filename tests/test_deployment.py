@@ -299,7 +299,8 @@ def test_deployment_runs_fedavg_and_fedufo_on_node_local_data(node_local_fed) ->
     """Two rounds of FedAvg, then two of FedUFO (train.prior / train.posterior relay), via `flwr run`."""
     fed, tmp = node_local_fed
     avg = fed.run({**COMMON, "method": "fedavg", "num-server-rounds": 2, "out-dir": str(tmp / "avg"),
-                   "round-timeout": 120.0}, timeout=300, name="fedavg")
+                   "round-timeout": 120.0, "local-test-fraction": 0.25, "federated-eval-every": 1},
+                  timeout=300, name="fedavg")
     assert avg.status == "finished:completed", avg.output[-3000:]
     _assert_clean_rounds(avg.doc, 2, [0, 1, 2])
     assert avg.doc["rounds"][-1]["client_accuracy_mean"] is not None  # federated evaluation answered
