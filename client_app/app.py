@@ -190,6 +190,9 @@ def evaluate_on_node(cfg: RunConfig, context: Context, params: dict) -> dict:
     """The model ``params`` on this node's local test split (num-examples: the training-set size)."""
     device = pick_device(cfg)
     cid, data = load_client_data(cfg, dict(context.node_config), device)
+    if int(data.y_test.shape[0]) == 0:
+        raise ClientSetupError(f"client {cid} has no local test split (run-config local-test-fraction = "
+                               f"{cfg.local_test_fraction}): federated evaluation needs local-test-fraction > 0")
     model = _model(cfg, data, device, params)
     with eval_support(model, data.x_train, (cfg.seed, cid)):  # e.g. FedRANE's inductive evaluation; else a no-op
         loss, acc = evaluate_model(model, data.x_test, data.y_test)

@@ -13,6 +13,7 @@
 from __future__ import annotations
 
 import logging
+import math
 import time
 from pathlib import Path
 from typing import Any
@@ -22,7 +23,7 @@ import torch
 from flwr.serverapp import Grid
 
 from data_partitioning.datasets import dataset_shape
-from data_partitioning.federated import global_test_set
+from data_partitioning.federated import global_test_set, validation_set
 from data_partitioning.support import training_pool_sample
 from flcore.config import RunConfig
 from flcore.records import load_params, model_params
@@ -85,7 +86,8 @@ def client_eval_summary(per_client: dict[int, dict], strategy: FLStrategy) -> di
 
 
 def round_row(server_round: int, outcome: RoundOutcome, g_loss: float, g_acc: float, wall: float) -> dict[str, Any]:
-    local = [float(u.metrics["local-accuracy"]) for u in outcome.updates if "local-accuracy" in u.metrics]
+    local = [float(u.metrics["local-accuracy"]) for u in outcome.updates  # NaN: the client has no local test split
+             if "local-accuracy" in u.metrics and math.isfinite(float(u.metrics["local-accuracy"]))]
     s = spread(local)
     return {"round": server_round, "global_accuracy": g_acc, "global_loss": g_loss,
             "local_accuracy": s["mean"], "local_accuracy_best": s["best"], "local_accuracy_worst": s["worst"],
@@ -127,8 +129,13 @@ def run_federation(grid: Grid, cfg: RunConfig) -> dict[str, Any]:
     if eval_support_size(model):  # FedRANE's inductive evaluation: a seeded sample of the clients' training pool
         set_eval_support(model, torch.as_tensor(training_pool_sample(cfg, num_clients, eval_support_size(model)),
                                                 device=device))
-    x_test, y_test = global_test_set(cfg, num_clients)
-    x_test, y_test = torch.as_tensor(x_test, device=device), torch.as_tensor(y_test, device=device)
+    eval_sets = {}  # name -> (x, y): the G-FL test set unless test-evaluation is off, the validation union if any
+    if cfg.test_evaluation:
+        eval_sets["global"] = global_test_set(cfg, num_clients)
+    if cfg.validation_fraction > 0:
+        eval_sets["val"] = validation_set(cfg, num_clients)
+    eval_sets = {k: (torch.as_tensor(x, device=device), torch.as_tensor(y, device=device))
+                 for k, (x, y) in eval_sets.items()}
     results = ResultsWriter(out_dir, cfg.to_dict())
     first = 1
     strategy.state_ledger = StateLedger.fresh()  # run-bound client state (client_app/state.py)
@@ -150,10 +157,15 @@ def run_federation(grid: Grid, cfg: RunConfig) -> dict[str, Any]:
         strategy.state_ledger.check_refusals(outcome.failures)  # resumed without the clients' state: stop
         params = outcome.params
         load_params(model, params)
-        g_loss, g_acc = evaluate(model, x_test, y_test)
-        model_stats = {f"global_{k}": v for k, v in pop_eval_stats(model).items()}  # e.g. LRA graph density
+        scores, model_stats = {}, {}
+        for name, (x, y) in eval_sets.items():  # model_stats: what the model measured, e.g. LRA graph density
+            scores[name] = evaluate(model, x, y)
+            model_stats.update({f"{name}_{k}": v for k, v in pop_eval_stats(model).items()})
+        g_loss, g_acc = scores.get("global", (None, None))
         row = round_row(rnd, outcome, g_loss, g_acc, 0.0)
         row.update(model_stats)
+        if "val" in scores:
+            row["val_loss"], row["val_accuracy"] = scores["val"]
         registration = [f.as_dict() for f in strategy.drain_register_failures()]
         if registration:  # nodes that could not register since the last round (asked again with back-off)
             row["failures"] = registration + row["failures"]
@@ -175,7 +187,10 @@ def run_federation(grid: Grid, cfg: RunConfig) -> dict[str, Any]:
             strategy.state_ledger.checkpoint_round = rnd  # clients keep the state versions a resume from it needs
             last_checkpoint = time.monotonic()
         local = f"{row['local_accuracy']:.4f}" if row["local_accuracy"] is not None else "n/a"
-        _say(f"[round {rnd}/{cfg.num_server_rounds}] G-FL acc {g_acc:.4f} loss {g_loss:.4f} | P-FL acc {local} | "
+        gfl = f"G-FL acc {g_acc:.4f} loss {g_loss:.4f}" if g_acc is not None else "G-FL not evaluated"
+        if "val" in scores:
+            gfl += f" | val acc {scores['val'][1]:.4f}"
+        _say(f"[round {rnd}/{cfg.num_server_rounds}] {gfl} | P-FL acc {local} | "
              f"{row['num_updates']}/{row['num_sampled']} updates, {row['num_failures']} failures | "
              f"{row['wall_time_s']:.1f}s | {progress(rnd, first, cfg.num_server_rounds, t_start, t_rounds)}")
     path = results.write(num_clients)

@@ -143,6 +143,10 @@ class FlowerStrategyAPI:
             return None
         n = {cid: float(m["num-test"]) for cid, m in per.items()}
         total = sum(n.values())
+        if total == 0:
+            log.warning("round %s: the clients that answered the federated evaluation hold no local test data "
+                        "(local-test-fraction = 0)", server_round)
+            return None
         accs = [float(m["accuracy"]) for m in per.values()]
         return MetricRecord({
             "accuracy": sum(float(m["accuracy"]) * n[c] for c, m in per.items()) / total,
