@@ -111,9 +111,7 @@ def setting(doc: dict[str, Any]) -> str:
     return ", ".join(f"{k}={rc.get(k)}" for k in keys if k in rc)
 
 
-UNTUNED = ("*Not tuned by the protocol*: the hyper-parameters are those in the description (the library's earlier "
-           "defaults, some chosen on pilot runs judged by test accuracy); kept as a record, not used by the claims "
-           "ledger.\n")
+UNTUNED = PROJECT_ROOT / "docs" / "templates" / "RESULTS_untuned.md"  # note for experiments without tuning
 
 
 def tuning_table(exp_dir: Path) -> str:
@@ -160,7 +158,7 @@ def build() -> str:
                   f"Experiment `{exp_dir.name}` (config `experiments/configs/` → copy in `results/{exp_dir.name}/experiment.toml`); "
                   f"{meta.get('num-supernodes', first['final'].get('num_clients'))} clients; target accuracy {target}. "
                   f"Common setting: {setting(first)}.", "",
-                  table(runs, order), "", tuning_table(exp_dir) or UNTUNED, f"![{exp_dir.name}](figures/{fig.name})", ""]
+                  table(runs, order), "", tuning_table(exp_dir) or UNTUNED.read_text(), f"![{exp_dir.name}](figures/{fig.name})", ""]
     return "\n".join(parts) + "\n"
 
 
