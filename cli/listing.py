@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import difflib
+import textwrap
 
 from flcore.config import CommonConfig, ConfigError, section_classes
 from flcore.pyproject import toml_value
@@ -16,11 +17,33 @@ def method_line(decl: MethodDecl, width: int) -> str:
 
 
 def methods_text() -> str:
-    """One line per method (name, paper, what the variant changes), under a heading per kind of entry."""
+    """One line per method (name, paper, what the variant changes), then the paper presets."""
     table = methods()
     width = max(map(len, table))
     lines = ["methods (run one with -c \"method='NAME'\"; `noniid-fl config NAME` lists its keys):"]
     lines += [method_line(d, width) for d in table.values()]
+    return "\n".join(lines) + "\n\n" + presets_text()
+
+
+def presets_text() -> str:
+    """The paper presets by paper: name and setting, then the run command's --nodes and every value it sets
+    (``*`` our choice where the paper is silent, ``~`` stated but not expressible exactly; docs/PRESETS.md)."""
+    from flcore.presets import presets
+    from flcore.presets_doc import assignments
+
+    table = presets()
+    width = max(map(len, table))
+    lines = ["paper presets (run one with: noniid-fl run --nodes K -c \"preset='NAME'\"; * = our choice where the "
+             "paper states no value, ~ = stated but not expressible exactly; sources and reasons: docs/PRESETS.md):"]
+    paper = None
+    for p in table.values():
+        if p.paper != paper:
+            paper = p.paper
+            lines.append(f" {paper}")
+        lines.append(f"  {p.name:<{width}}  {p.setting}")
+        words = " ".join([f"--nodes {p.num_supernodes}", *assignments(p)])
+        lines += textwrap.wrap(words, 116, initial_indent=" " * 6, subsequent_indent=" " * 6,
+                               break_on_hyphens=False, break_long_words=False)
     return "\n".join(lines)
 
 

@@ -123,7 +123,7 @@ def test_usage_errors_exit_2(tmp_path):
 def test_methods_lists_every_registered_method_with_its_paper(tmp_path):
     proc, _ = cli("methods", cwd=tmp_path)
     assert proc.returncode == 0
-    rows = {line.split()[0]: line for line in proc.stdout.splitlines()[1:]}
+    rows = {line.split()[0]: line for line in proc.stdout.split("\n\n")[0].splitlines()[1:]}  # presets follow
     assert list(rows) == list(methods())
     for name, decl in methods().items():
         assert decl.paper in rows[name] and decl.description in rows[name]
