@@ -22,8 +22,9 @@ RANE = ("FedRANE: Liao et al., 'Joint Local Relational Augmentation and Global N
 RANE_SOURCE = ("Sec. 4.1 'Implementation Details': K = 20, batch 128, SGD lr 0.5, 5 local epochs, tau_1 = 0.8, "
                "lambda_G = 0.1, lambda_CD = 0.2, ConvNet (64-d embedding) for EMNIST/FMNIST, ResNet (512-d) for "
                "CIFAR; 'Datasets': Dirichlet(alpha) label split, local train set = 75% of a client's data, local "
-               "test set the rest; Sec. 3.2, Eqs. 2-4: the SLIM graph by alternating closed forms, N_i = "
-               "{j : A_ij > 0}; Table 1 (G-FL) / Table 2 (P-FL): the alpha column")
+               "test set the rest; Sec. 3.3, Eqs. 2-4: the SLIM weights B by alternating closed forms, the graph "
+               "G = (V, A) with A = (|B| + |B^T|)/2 as its edges (every A_ij > 0 an edge: N_i = {j : A_ij > 0}); "
+               "Table 1 (G-FL) / Table 2 (P-FL): the alpha column")
 RANE_CHOICES = {
     "momentum": "the paper names plain 'SGD' with lr 0.5 and no momentum; momentum 0.9 at lr 0.5 would be a "
                 "10x longer effective step",
