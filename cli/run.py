@@ -1,7 +1,8 @@
 """``noniid-fl run``: pre-flight checks, then the federation through ``experiments.simulate.simulate``.
 
 Exit codes: 0 the run finished every round; 1 it failed (an exception, every client failing a round, fewer
-rounds than asked); 2 usage or config errors (refused before any engine starts); 130 interrupted.
+rounds than asked); 2 usage or config errors (refused before any engine starts); 130 interrupted (SIGINT);
+143 stopped by SIGTERM (Ray engine: its Ray processes are stopped first, engines/ray_session.py).
 """
 
 from __future__ import annotations
@@ -65,9 +66,10 @@ def cmd_run(args: argparse.Namespace) -> int:
         from experiments.simulate import simulate
 
         doc = simulate(cfg.to_dict(), num_supernodes=args.nodes, quiet=not args.verbose)
-    except KeyboardInterrupt:
-        print(f"noniid-fl: interrupted; the rounds finished so far are in {out}", flush=True)
-        return EXIT_INTERRUPTED
+    except KeyboardInterrupt as exc:  # Ctrl-C; on the Ray engine also SIGTERM (engines.ray_session.RunStopped)
+        signum = getattr(exc, "signum", None)
+        print(f"noniid-fl: {exc if signum else 'interrupted'}; the rounds finished so far are in {out}", flush=True)
+        return 128 + signum if signum else EXIT_INTERRUPTED
     except Exception as exc:  # noqa: BLE001 - one line here, the traceback in the log file
         logging.getLogger("noniid_fl").error("run failed:\n%s", traceback.format_exc())
         if args.verbose:

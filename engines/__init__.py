@@ -14,6 +14,9 @@
 - :mod:`engines.delivery` what happens to one message at a node (Flower's engine semantics);
 - :mod:`engines.copying`  copies of messages, records and Contexts at the boundary;
 - :mod:`engines.ray`      Flower's Simulation Engine (what ``flwr run . local`` uses);
+- :mod:`engines.ray_faults`  crashed Ray workers: restarted (engine 'ray') or the run stopped (``flwr run``);
+- :mod:`engines.ray_session` the Ray processes of a run: stopped at its end and on SIGINT/SIGTERM, leftovers
+                          of a killed run reported at the next start;
 - :mod:`engines.local`    ``run_local``: the real ServerApp on either engine -> the results document.
 
 Same seed, same numbers: sequential, any number of workers and Ray give bit-identical models and metrics

@@ -133,14 +133,17 @@ def test_simulate_hands_gpu_fraction_and_cluster_address_to_flower(monkeypatch: 
         raise _Captured
 
     monkeypatch.setattr(engines.ray, "run_simulation", fake_run_simulation)
+    monkeypatch.setattr(engines.ray, "start_ray", lambda init_args: seen.update(started=dict(init_args)))
     cfg = {"dataset": "digits", "num-server-rounds": 1, "out-dir": str(tmp_path)}
     with pytest.raises(_Captured):
         simulate(cfg, num_supernodes=10, engine="ray", cpus_per_client=1, gpus_per_client=0.1,
                  ray_address="10.0.0.1:6379")
     backend = seen["backend_config"]
     assert seen["num_supernodes"] == 10
-    assert backend["client_resources"] == {"num_cpus": 1, "num_gpus": 0.1}  # a Python float: exactly 0.1
+    assert backend["client_resources"] == {"num_cpus": 1, "num_gpus": 0.1,  # a Python float: exactly 0.1
+                                           **engines.ray.ACTOR_FAULT_TOLERANCE}  # crashed actors restarted
     assert backend["init_args"]["address"] == "10.0.0.1:6379" and "num_cpus" not in backend["init_args"]
+    assert seen["started"] == backend["init_args"]  # Ray is started (attached) with them before Flower runs
     # through simulate() the fraction is not rounded: 10 actors share one GPU
     assert _actors_per_node(backend["client_resources"], {"CPU": 16.0, "GPU": 1.0}, monkeypatch)[0] == 10
     with pytest.raises(_Captured):
