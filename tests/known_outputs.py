@@ -24,7 +24,8 @@ KNOWN = Path(__file__).with_name("known_outputs.json")
 COMMON: dict[str, Any] = {"dataset": "digits", "partition": "dirichlet", "dirichlet-alpha": 0.5, "seed": 3,
                           "num-server-rounds": 2, "batch-size": 16, "lr": 0.05, "momentum": 0.5,
                           "weight-decay": 1e-4, "local-epochs": 1, "max-local-steps": 4, "model": "mlp",
-                          "fraction-train": 1.0, "federated-eval-every": 1, "checkpoint": False}
+                          "fraction-train": 1.0, "federated-eval-every": 1, "checkpoint": False,
+                          "local-test-fraction": 0.25}  # the split every job was recorded with (P-FL metrics)
 NUM_NODES = 4
 # job name -> overrides (the job's method is its name unless "method" is given); tweaks keep mechanisms active
 PER_JOB: dict[str, dict[str, Any]] = {
@@ -35,8 +36,12 @@ PER_JOB: dict[str, dict[str, Any]] = {
     "fedbc": {"fedbc.lambda-init": 0.05, "fedbc.eta-lambda": 0.1},
     "fedbc-finetune": {"fedbc.lambda-init": 0.05, "fedbc.eta-lambda": 0.1},
     "per-fedbc": {"fedbc.lambda-init": 0.05, "fedbc.eta-lambda": 0.1},
+    "fedbc-uniform": {"fedbc.lambda-init": 0.05, "fedbc.eta-lambda": 0.1},
+    "fedbr": {"fedbr.max-momentum": 0.5},  # the max step with the run's momentum, as before issue 19
     "fedufo": {"fedufo.num-clients": NUM_NODES, "fedufo.stage-one-fraction": 0.5},
-    "fedetf": {"fedetf.warmup-fraction": 0.4}, "fedgmv": {"fedetf.warmup-fraction": 0.4},
+    # fedetf: the weightings before issue 19 (still options); fedgmv: Alg. 1's defaults (mu over |S_t|, uniform)
+    "fedetf": {"fedetf.warmup-fraction": 0.4, "fedetf.gmv-weighting": "clients", "fedetf.aggregation": "samples"},
+    "fedgmv": {"fedetf.warmup-fraction": 0.4},
     "scaffold-etf-head": {"method": "scaffold", "head": "etf"},
     "scaffold-option-i": {"method": "scaffold", "scaffold.option": "I"},
     "fednova": {"max-local-steps": 0},  # unequal local step counts, else FedNova is FedAvg
