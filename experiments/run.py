@@ -138,7 +138,8 @@ def main(argv: list[str] | None = None) -> int:
         try:
             res = simulate(values, num_supernodes=int(exp.get("num-supernodes", 10)),
                            cpus_per_client=args.cpus_per_client)
-            print(f"[done] {name}/{label}/seed{seed}: G-FL {res['final']['global_accuracy']:.4f} "
+            acc = res["final"].get("global_accuracy")
+            print(f"[done] {name}/{label}/seed{seed}: G-FL {'not evaluated' if acc is None else f'{acc:.4f}'} "
                   f"in {time.time() - t0:.0f}s", flush=True)
         except Exception:  # noqa: BLE001 - keep going, report at the end
             traceback.print_exc()

@@ -16,7 +16,7 @@ from dataclasses import dataclass, field, fields
 from pathlib import Path
 from typing import Any, Mapping, TypeVar
 
-from flcore.presets import apply_preset, get_preset, resolve_with_preset
+from flcore.presets import apply_preset, get_preset
 from flcore.schema import ConfigError, KeySpec, Section, check_bounds, coerce, param
 
 __all__ = ["ConfigError", "RunConfig", "resolve_run_config", "all_specs", "DATASETS", "PARTITIONS", "MODELS",
@@ -40,7 +40,10 @@ class CommonConfig(Section):
     # --- run
     method: str = param("fedavg", "the FL method (`noniid-fl methods` lists them)")
     preset: str = param("", "a paper's setting, '<paper>-<setting>' (`noniid-fl methods` lists them): sets "
-                            "every value the paper states; keys you set to non-default values win")
+                            "every value the paper states; the keys you set win (under `flwr run`: keys you set "
+                            "to non-default values)")
+    preset_applied: bool = param(False, "set by the library once the preset's values are in the run config (a "
+                                        "client does not apply it again); not for users")
     seed: int = param(0, "seed of data split, partitions, sampling and model init", ge=0)
     num_server_rounds: int = param(10, "federated rounds", ge=1)
     out_dir: str = param("", "where results.json, metrics.csv, models and checkpoints go; '' = "
@@ -219,8 +222,7 @@ def resolve_run_config(overrides: Mapping[str, Any] | None = None) -> dict[str, 
         if key not in known:
             raise _unknown_key_error(key, known)
         values[key] = value
-    resolve_with_preset(overrides or {}, known)
-    return apply_preset(values, known)
+    return apply_preset(values, known, explicit=overrides or {})
 
 
 PROJECT_ROOT = Path(__file__).resolve().parent.parent

@@ -4,12 +4,14 @@ A :class:`Preset` is a named set of run-config values (common and sectioned keys
 and, for each value the paper does not state, what we chose and why (``choices``). The table lives in
 ``flcore/paper_presets.py``; this module applies it.
 
-Precedence (one rule on every path: ``noniid-fl run``, ``flwr run .``, the experiments runner, a client parsing
-the run config): declared default < preset < a key set to a value *other than its declared default*. Flower
-hands the ServerApp a complete run config (pyproject.toml's defaults merged with ``-c`` overrides), so a key
-left at its default cannot be told from one set to the default on purpose: the preset's value wins there.
-:func:`resolve_with_preset` (command line and experiments, which know the explicit overrides) refuses that one
-ambiguous case instead of deciding it silently.
+Precedence: declared default < preset < what the user sets. Where the explicit overrides are known (``noniid-fl
+run -c``, the experiments runner: :func:`flcore.config.resolve_run_config`) that rule is exact: the preset is
+written over the defaults and the overrides over both, so ``method='fedavg'`` with a FedUFO preset runs FedAvg in
+FedUFO's setting. Flower hands the ServerApp of ``flwr run .`` a complete run config (pyproject.toml's defaults
+merged with ``-c`` overrides), where a key left at its default cannot be told from one set to the default on
+purpose: there the preset fills every key still at its default value. Either way the result carries
+``preset-applied = true``, so the preset is applied once and a client parsing the server's run config does not
+apply it again.
 """
 
 from __future__ import annotations
@@ -66,32 +68,29 @@ def _at_default(key: str, value: Any, spec: KeySpec) -> bool:
         return False
 
 
-def apply_preset(values: Mapping[str, Any], specs: Mapping[str, KeySpec]) -> dict[str, Any]:
-    """``values`` with the named preset's values written over every key that is absent or at its declared
-    default (the module docstring's rule). Without a preset, ``values`` unchanged."""
+APPLIED = "preset-applied"
+
+
+def apply_preset(values: Mapping[str, Any], specs: Mapping[str, KeySpec],
+                 explicit: Mapping[str, Any] | None = None) -> dict[str, Any]:
+    """``values`` with the named preset applied (the module docstring's rule) and ``preset-applied`` set.
+
+    ``explicit``: the overrides the user gave, when known: they are written over the preset. Otherwise the
+    preset fills every key that is absent or at its declared default. Without a preset, or once applied,
+    ``values`` unchanged."""
     name = str(values.get("preset", "") or "")
-    if not name:
+    applied = values.get(APPLIED, False)
+    if not name or applied is True or str(applied).lower() == "true":
         return dict(values)
     preset = get_preset(name)
     out = dict(values)
     for key, value in preset.values.items():
         if key not in specs:
             raise ConfigError(f"preset '{name}' sets unknown run-config key '{key}' (a bug in flcore/paper_presets.py)")
-        if key not in out or _at_default(key, out[key], specs[key]):
+        if explicit is not None:
+            if key not in explicit:
+                out[key] = value
+        elif key not in out or _at_default(key, out[key], specs[key]):
             out[key] = value
+    out[APPLIED] = True
     return out
-
-
-def resolve_with_preset(overrides: Mapping[str, Any], specs: Mapping[str, KeySpec]) -> None:
-    """Refuse an explicit override that sets a preset key to the library default: the preset would win (see
-    the module docstring), which is not what the user asked for."""
-    name = str(overrides.get("preset", "") or "")
-    if not name:
-        return
-    preset = get_preset(name)
-    for key, value in overrides.items():
-        if key in preset.values and key in specs and _at_default(key, value, specs[key]) \
-                and coerce(key, preset.values[key], specs[key].type) != specs[key].default:
-            raise ConfigError(f"run-config key '{key}' = {value!r} is the library default, and preset '{name}' "
-                              f"sets it to {preset.values[key]!r}: a preset wins over default values, so this "
-                              f"override would be ignored; drop the preset or choose another value")

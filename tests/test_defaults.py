@@ -27,9 +27,13 @@ def test_preset_values_fill_defaults_and_lose_to_explicit_non_default_values(mon
     # Flower's complete run config (pyproject defaults + overrides): the same rule, key by key
     flat = {**defaults(), "preset": "demo-x", "local-epochs": 3}
     assert RunConfig.from_dict(flat).to_dict() == cfg.to_dict()
-    # the one ambiguous case (explicitly the library default) is refused where the explicit keys are known
-    with pytest.raises(ConfigError, match="'local-epochs' = 1 is the library default"):
-        resolve_run_config({"preset": "demo-x", "local-epochs": 1})
+    # where the explicit keys are known, an explicit library default wins too; in Flower's complete run
+    # config it cannot be told from an unset key, and the preset fills it
+    assert RunConfig.from_dict(resolve_run_config({"preset": "demo-x", "local-epochs": 1})).local_epochs == 1
+    assert RunConfig.from_dict({**defaults(), "preset": "demo-x", "local-epochs": 1}).local_epochs == 5
+    # applied once: a client parsing the server's (complete, applied) run config keeps it as it is
+    sent = RunConfig.from_dict(resolve_run_config({"preset": "demo-x", "local-epochs": 1})).to_dict()
+    assert sent["preset-applied"] is True and RunConfig.from_dict(sent, complete=True).local_epochs == 1
     assert apply_preset({"lr": 0.01}, {}) == {"lr": 0.01}  # no preset: unchanged
 
 
