@@ -3,8 +3,8 @@
 Fast tests (no Ray started): the reply classification and grid wrappers of engines/ray_faults.py and
 engines/ray.py, the session record / leftover report / signal handling of engines/ray_session.py.
 
-Slow tests (real runs in subprocesses, ``noniid-fl run`` as an operator types it; the fault comes from the
-fault-injecting ClientApps of tests/fault_apps.py, put in place of the real one):
+Real runs (``slow`` but the worker pool's; in subprocesses, ``noniid-fl run`` as an operator types it; the fault
+comes from the fault-injecting ClientApps of tests/fault_apps.py, put in place of the real one):
 - a client whose Ray worker dies (``os._exit``) in round 2: Ray replaces the worker, only that client fails
   round 2, every other client trains every round, exit 0 with the failure in results.json;
 - every client's worker dies on every train message: round 1 cannot complete, exit 1;
@@ -438,7 +438,6 @@ def test_flwr_run_stops_with_worker_lost_when_a_worker_dies(tmp_path):
     assert (out / "checkpoint.pt").exists()
 
 
-@pytest.mark.slow
 def test_the_worker_pool_replaces_a_crashed_worker_too(tmp_path):
     """The in-process engine's pool (engines/pool.py): the crashed client fails round 2 with code 8; a node
     queued behind it in the same worker fails with it (its Context lived in that worker); the others train."""
