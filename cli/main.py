@@ -32,7 +32,8 @@ def build_parser() -> argparse.ArgumentParser:
     run = sub.add_parser("run", help="run a federation on this machine", description="Run a federation of "
                          "--nodes simulated clients on this machine.", epilog=RUN_EPILOG,
                          formatter_class=argparse.RawDescriptionHelpFormatter)
-    run.add_argument("--nodes", type=int, default=10, metavar="N", help="number of clients (default 10)")
+    run.add_argument("--nodes", type=int, default=None, metavar="N",
+                     help="number of clients (default: the preset's, its paper's K; else 10)")
     run.add_argument("-c", "--run-config", dest="config", action="append", metavar='"key=value ..."',
                      help="run-config overrides, as for `flwr run -c` (repeatable; or one .toml file)")
     run.add_argument("--engine", choices=ENGINES, help="run-config key engine (default: its declared value)")

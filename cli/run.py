@@ -17,6 +17,7 @@ from typing import Any
 from flcore.config import RunConfig, resolve_run_config
 
 EXIT_OK, EXIT_FAILED, EXIT_USAGE, EXIT_INTERRUPTED = 0, 1, 2, 130
+DEFAULT_NODES = 10
 
 
 def run_values(args: argparse.Namespace) -> dict[str, Any]:
@@ -37,7 +38,18 @@ def preflight(args: argparse.Namespace) -> RunConfig:
     """The checked run config, or ConfigError (server_app/preflight.py: before any engine is imported)."""
     from server_app.preflight import check
 
-    return check(run_values(args), num_nodes=args.nodes)
+    values = run_values(args)
+    if args.nodes is None:  # a preset's federation size (its paper's K), else 10
+        args.nodes = default_nodes(values)
+    return check(values, num_nodes=args.nodes)
+
+
+def default_nodes(values: dict[str, Any]) -> int:
+    """The number of simulated clients when --nodes is not given: the preset's K (the paper's federation), else 10."""
+    from flcore.presets import get_preset
+
+    name = str(values.get("preset", "") or "")
+    return get_preset(name).num_supernodes or DEFAULT_NODES if name else DEFAULT_NODES
 
 
 def _log_to(path: Path, append: bool) -> logging.Handler:

@@ -47,3 +47,14 @@ def test_fedavg_with_every_default_reaches_90_percent_on_mnist5k(tmp_path):
     assert (rc["method"], rc["dataset"], rc["partition"], rc["dirichlet-alpha"]) == ("fedavg", "mnist-5k", "dirichlet", 0.5)
     assert doc["final"]["global_accuracy"] >= 0.90
     assert sum(int(r["num_updates"]) for r in doc["rounds"][:1]) == 10
+
+
+def test_run_without_nodes_uses_the_presets_federation_size(capsys):
+    from cli.main import main
+
+    assert main(["run", "--check", "-c", "preset='fedbc-synthetic-e1'"]) == 0
+    assert "fedbc on synthetic, 30 nodes" in capsys.readouterr().out
+    assert main(["run", "--check", "--nodes", "12", "-c", "preset='fedbc-synthetic-e1'"]) == 0
+    assert ", 12 nodes" in capsys.readouterr().out
+    assert main(["run", "--check"]) == 0
+    assert "fedavg on mnist-5k, 10 nodes" in capsys.readouterr().out
