@@ -111,6 +111,7 @@ def setting(doc: dict[str, Any]) -> str:
     return ", ".join(f"{k}={rc.get(k)}" for k in keys if k in rc)
 
 
+PRESETS_INTRO = PROJECT_ROOT / "docs" / "templates" / "RESULTS_presets.md"
 UNTUNED = PROJECT_ROOT / "docs" / "templates" / "RESULTS_untuned.md"  # note for experiments without tuning
 
 
@@ -134,10 +135,24 @@ def tuning_table(exp_dir: Path) -> str:
     return "\n".join(lines) + "\n"
 
 
+def presets_status(results_root: Path) -> str:
+    """Which paper-scale presets have result files (results/preset-<name>/) and which have not been run."""
+    from flcore.presets import presets
+
+    lines = [PRESETS_INTRO.read_text().rstrip("\n"), "", "| preset | paper | setting | clients | status |",
+             "|---|---|---|---|---|"]
+    for p in presets().values():
+        done = sorted((results_root / f"preset-{p.name}").glob("*/seed*/results.json"))
+        status = f"run: {len(done)} result file(s) in results/preset-{p.name}/" if done else "**not run**"
+        lines.append(f"| `{p.name}` | {p.paper} | {p.setting} | {p.num_supernodes} | {status} |")
+    return "\n".join(lines) + "\n"
+
+
 def build() -> str:
     parts = [HEADER.read_text().rstrip("\n"), ""]
     if CLAIMS.exists():
         parts += [ledger_for(RESULTS_ROOT, CLAIMS), ""]
+    parts += [presets_status(RESULTS_ROOT), ""]
     for exp_dir in sorted(p for p in RESULTS_ROOT.iterdir() if p.is_dir()) if RESULTS_ROOT.exists() else []:
         runs = load_runs(exp_dir)
         if not runs:
