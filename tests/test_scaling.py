@@ -225,7 +225,8 @@ def test_two_node_ray_cluster_trains_on_both_nodes_like_one_node(tmp_path: Path,
                                                                   monkeypatch: pytest.MonkeyPatch) -> None:
     import client_app.app
 
-    cfg = {"dataset": "digits", "num-server-rounds": 2, "seed": 5, "device": "cpu", "federated-eval-every": 1}
+    cfg = {"dataset": "digits", "num-server-rounds": 2, "seed": 5, "device": "cpu", "federated-eval-every": 1,
+           "local-test-fraction": 0.25}
     # the reference first: a cluster's address file would make this run try to attach to the cluster
     monkeypatch.setenv("RAY_TMPDIR", tempfile.mkdtemp(prefix="rc", dir="/tmp"))
     try:
