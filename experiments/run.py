@@ -64,13 +64,15 @@ def load_experiment(path: Path) -> dict[str, Any]:
     return doc
 
 
-def tuned_runs(doc: dict[str, Any], root: Path) -> dict[str, dict[str, Any]]:
-    """Each run's overrides, with the values its tuning chose (experiments/tuning.py) when the experiment has
-    a [tuning] table: the reported runs train on all training data (no validation split)."""
+def tuned_runs(doc: dict[str, Any], root: Path, only: list[str] | None = None) -> dict[str, dict[str, Any]]:
+    """Each run's overrides (of the ``only`` labels, if given), with the values its tuning chose
+    (experiments/tuning.py) when the experiment has a [tuning] table: the reported runs train on all training
+    data (no validation split)."""
+    runs = {label: over for label, over in doc["runs"].items() if not only or label in only}
     if doc.get("tuning") is None:
-        return dict(doc["runs"])
-    chosen = load_choices(root, list(doc["runs"]))
-    return {label: {**over, **chosen[label]} for label, over in doc["runs"].items()}
+        return runs
+    chosen = load_choices(root, list(runs))
+    return {label: {**over, **chosen[label]} for label, over in runs.items()}
 
 
 def run_dir(name: str, label: str, seed: int) -> Path:
@@ -117,7 +119,7 @@ def main(argv: list[str] | None = None) -> int:
     out_root.mkdir(parents=True, exist_ok=True)
     shutil.copyfile(args.config, out_root / "experiment.toml")
     jobs = []  # (label, seed, out-dir, run-config values) of every run still to do, in order
-    for label, over in tuned_runs(doc, out_root).items():
+    for label, over in tuned_runs(doc, out_root, args.only).items():
         if args.only and label not in args.only:
             continue
         for seed in seeds:
