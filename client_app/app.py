@@ -22,7 +22,7 @@ import logging
 
 import numpy as np
 import torch
-from flwr.app import Context, Message, MetricRecord, RecordDict
+from flwr.app import Context, Message, RecordDict
 from flwr.clientapp import ClientApp
 
 from client_app.model_pool import POOL
@@ -31,7 +31,7 @@ from client_app.trainers.base import ClientData, TrainJob, TrainReply
 from client_app.training import evaluate as evaluate_model
 from data_partitioning.federated import ClientArrays, client_arrays, node_arrays
 from flcore.config import ConfigError, RunConfig
-from flcore.records import config_to_record, params_to_record, record_to_params
+from flcore.records import config_to_record, metric_record, params_to_record, record_dict, record_to_params
 from flcore.registry import get_method, resolve
 from flcore.state_binding import ENTRIES_METRIC, RECORD as STATE_RECORD, StateBinding
 from models import build_model
@@ -113,11 +113,11 @@ def parse_run_config(values, source: str) -> RunConfig:
     same config: compared by value and type with the last one); ``source`` names where the values came from
     in the error for an incomplete or invalid one."""
     global _LAST_CONFIG
+    last = _LAST_CONFIG
+    if last is not None and values == last[0] and list(map(type, values.values())) == last[1]:
+        return last[2]  # (a ConfigRecord compares its items with the dict, C-level: no copy needed)
     values = dict(values.items())
     types = list(map(type, values.values()))
-    last = _LAST_CONFIG
-    if last is not None and values == last[0] and types == last[1]:
-        return last[2]
     try:
         cfg = RunConfig.from_dict(values, complete=True)
     except ConfigError as exc:
@@ -219,10 +219,13 @@ def _train(msg: Message, context: Context) -> Message:
     records = {k: v for k, v in msg.content.items() if k not in ("arrays", "config", "run_config")}
     reply = train_on_node(_config(msg, context), context, dict(_record(msg, "config")),
                           record_to_params(_record(msg, "arrays")), records, msg.metadata.message_type)
-    content = RecordDict({"arrays": params_to_record(reply.params), "metrics": MetricRecord(reply.metrics)})
-    for key, rec in reply.records.items():
-        content[key] = rec
-    return Message(content, reply_to=msg)
+    content = {"arrays": params_to_record(reply.params), "metrics": metric_record(reply.metrics)}
+    if any(key in content for key in reply.records):  # a method record replaces a base one: RecordDict's own way
+        out = record_dict(content)
+        for key, rec in reply.records.items():
+            out[key] = rec
+        return Message(out, reply_to=msg)
+    return Message(record_dict({**content, **reply.records}), reply_to=msg)
 
 
 @app.train()
@@ -243,4 +246,4 @@ def train_posterior(msg: Message, context: Context) -> Message:
 @app.evaluate()
 def evaluate(msg: Message, context: Context) -> Message:
     metrics = evaluate_on_node(_config(msg, context), context, record_to_params(_record(msg, "arrays")))
-    return Message(RecordDict({"metrics": MetricRecord(metrics)}), reply_to=msg)
+    return Message(record_dict({"metrics": metric_record(metrics)}), reply_to=msg)

@@ -17,14 +17,13 @@ from __future__ import annotations
 
 import importlib
 import secrets
-import uuid
 from typing import Any, Iterable, Mapping
 
 from flwr.app import Context, Message, RecordDict
 from flwr.serverapp import Grid
 from flwr.supercore.task_identity import TaskIdentity
 
-from engines.delivery import ClientAppFn, handle
+from engines.delivery import ClientAppFn, handle, new_message_id
 
 DEFAULT_CLIENT_APP = "client_app.app:app"
 SERVER_NODE_ID = 0  # src_node_id of instruction messages (the ServerApp's Context node id in Flower)
@@ -107,7 +106,7 @@ class InProcessGrid(Grid):
         ids = []
         for msg in messages:
             self._check(msg)
-            msg_id = str(uuid.uuid4())
+            msg_id = new_message_id()
             msg.metadata.__dict__["_message_id"] = msg_id
             msg.metadata.__dict__["_src_node_id"] = SERVER_NODE_ID
             self.messages += 1

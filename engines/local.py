@@ -16,6 +16,7 @@ the same numbers on either engine and for any number of workers (tests/test_engi
 from __future__ import annotations
 
 import contextlib
+import gc
 import json
 import time
 from pathlib import Path
@@ -73,10 +74,26 @@ def run_inprocess(values: Mapping[str, Any], num_nodes: int, workers: int = 1, c
     try:
         context = Context(run_id=grid.run_id, node_id=SERVER_NODE_ID, node_config={}, state=RecordDict(),
                           run_config=dict(values))
-        with server_identity(grid.run_id):
+        with server_identity(grid.run_id), frozen_heap():
             app(grid, context)
     finally:
         grid.close()
+
+
+@contextlib.contextmanager
+def frozen_heap() -> Iterator[None]:
+    """Keep the objects that exist when the run starts (imported modules, data, models: ~10^6 of them) out
+    of Python's cyclic garbage collector until it ends (``gc.freeze``): a full collection during the run then
+    walks only the run's own objects (measured on the digits job: 150 ms -> 50 ms each). Nothing is
+    leaked: ``gc.unfreeze`` hands them back to the collector afterwards."""
+    if gc.get_freeze_count():  # frozen already (a caller's choice, or a run inside a run): leave it so
+        yield
+        return
+    gc.freeze()
+    try:
+        yield
+    finally:
+        gc.unfreeze()
 
 
 def run_local(run_config: Mapping[str, Any], num_nodes: int, engine: str | None = None, workers: int | None = None,

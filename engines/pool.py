@@ -49,7 +49,7 @@ from flwr.app.metadata import Metadata
 from flwr.common.constant import ErrorCode
 
 from engines.balance import plan
-from engines.delivery import ClientAppFn, error_reply
+from engines.delivery import ClientAppFn, error_reply, new_message_id
 from engines.grid import DEFAULT_CLIENT_APP, SERVER_NODE_ID, InProcessGrid, node_context
 from engines.worker import pack_context, warm_imports, worker_main
 
@@ -259,9 +259,7 @@ class PoolGrid(InProcessGrid):
         return [i for i, _ in batch]
 
     def _new_id(self, msg: Message) -> str:
-        import uuid
-
-        msg_id = str(uuid.uuid4())
+        msg_id = new_message_id()
         msg.metadata.__dict__["_message_id"] = msg_id
         msg.metadata.__dict__["_src_node_id"] = SERVER_NODE_ID
         self.messages += 1

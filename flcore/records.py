@@ -12,7 +12,7 @@ from typing import Mapping
 
 import numpy as np
 import torch
-from flwr.app import Array, ArrayRecord, ConfigRecord
+from flwr.app import Array, ArrayRecord, ConfigRecord, MetricRecord, RecordDict
 
 Params = "OrderedDict[str, np.ndarray]"
 
@@ -123,4 +123,48 @@ def config_to_record(values: Mapping[str, object]) -> ConfigRecord:
         elif isinstance(v, np.ndarray):
             v = v.tolist()
         out[k] = v
-    return ConfigRecord(out)
+    return _filled(ConfigRecord, out, _CONFIG_SCALARS)
+
+
+def metric_record(values: Mapping[str, object]) -> MetricRecord:
+    """``MetricRecord(values)`` (the same record, the same errors)."""
+    return _filled(MetricRecord, values, _METRIC_SCALARS)
+
+
+def record_dict(records: Mapping[str, object]) -> RecordDict:
+    """``RecordDict(records)`` (the same RecordDict, the same errors)."""
+    if all(type(k) is str and type(v) in _RECORDS for k, v in records.items()):
+        out = RecordDict()
+        out.__dict__["_data"].update(records)
+        return out
+    return RecordDict(dict(records))
+
+
+# --- records without Flower's per-item checks where they provably pass --------------------------------
+# Flower's records check every item as it is set (a few microseconds each: thousands of items per round in a
+# small federation). Values of exactly these Python types (and lists of one of them) are what the checks
+# accept, so such a record is filled directly; anything else (numpy scalars, bools in a MetricRecord,
+# mixed lists, subclasses) goes through the record's own constructor and its checks.
+_CONFIG_SCALARS = frozenset({int, float, str, bytes, bool})
+_METRIC_SCALARS = frozenset({int, float})
+_RECORDS = frozenset({ArrayRecord, ConfigRecord, MetricRecord})
+
+
+def _plain(value: object, scalars: frozenset) -> bool:
+    kind = type(value)
+    if kind in scalars:
+        return True
+    if kind is not list:
+        return False
+    if not value:
+        return True
+    first = type(value[0])
+    return first in scalars and all(type(v) is first for v in value)
+
+
+def _filled(cls: type, values: Mapping[str, object], scalars: frozenset):
+    if all(type(k) is str and _plain(v, scalars) for k, v in values.items()):
+        record = cls()
+        record.__dict__["_data"].update(values)
+        return record
+    return cls(dict(values))

@@ -18,12 +18,12 @@ from flwr.app import ArrayRecord, Message, RecordDict
 from flwr.serverapp import Grid
 
 from flcore.protocol import CLIENT_STATE
-from flcore.records import config_to_record, params_to_record, record_to_params
+from flcore.records import config_to_record, params_to_record, record_dict, record_to_params
 from strategies.client_registry import RoundFailed
 from strategies.aggregation import deltas, flat_norm
 from strategies.exchange import Failure, exchange
 from strategies.state_ledger import StateLedger
-from strategies.validation import update_problem
+from strategies.validation import as_float64, check_update
 
 log = logging.getLogger("noniid_fl")
 
@@ -56,10 +56,14 @@ class RoundDriver:
     state_ledger: StateLedger | None = None  # run-bound client state; the runner sets it (strategies/state_ledger.py)
 
     def _base_content(self, server_round: int) -> RecordDict:
+        return record_dict(self._base_records())
+
+    def _base_records(self) -> dict[str, Any]:
+        """The records every message carries: the run config (its ConfigRecord built once per config)."""
         memo = getattr(self, "_run_config_memo", None)
         if memo is None or memo[0] is not self.cfg:
             memo = self._run_config_memo = (self.cfg, config_to_record(self.cfg.to_dict()))
-        return RecordDict({"run_config": memo[1]})
+        return {"run_config": memo[1]}
 
     def params_record(self, params: Params) -> ArrayRecord:
         """The ArrayRecord of ``params``, built once and shared by every message of an exchange that carries
@@ -77,16 +81,20 @@ class RoundDriver:
 
     def train_content(self, server_round: int, cid: int, params: Params,
                       message_config: dict[str, Any] | None = None) -> RecordDict:
-        content = self._base_content(server_round)
-        content["arrays"] = self.params_record(params)
+        records = self._base_records()
+        records["arrays"] = self.params_record(params)
         values = {"server-round": server_round, "cid": cid, **self.client_config(server_round, cid)}
         values.update(message_config or {})
-        content["config"] = config_to_record(values)
-        for key, rec in self.client_records(server_round, cid).items():
-            content[key] = rec
+        records["config"] = config_to_record(values)
+        extra = dict(self.client_records(server_round, cid))
         if self.state_ledger is not None:
-            content[CLIENT_STATE] = self.state_ledger.record(cid)
-        return content
+            extra[CLIENT_STATE] = self.state_ledger.record(cid)
+        if any(key in records for key in extra):  # a method's record replaces a base one: RecordDict's own way
+            content = record_dict(records)
+            for key, rec in extra.items():
+                content[key] = rec
+            return content
+        return record_dict({**records, **extra})
 
     def evaluate_content(self, server_round: int, cid: int, params: Params,
                          message_config: dict[str, Any] | None = None) -> RecordDict:
@@ -100,6 +108,8 @@ class RoundDriver:
                         phase: str = "train") -> tuple[list[ClientUpdate], list[Failure]]:
         """Turn replies into updates; reject malformed or absurd ones (named in the log and results)."""
         updates, rejected = [], []
+        norms: dict[int, float] = {}  # ||update - reference|| of each accepted update, computed once
+        reference64 = as_float64(reference) if replies else None
         for cid in sorted(replies):
             content = replies[cid].content
             try:
@@ -111,7 +121,7 @@ class RoundDriver:
                 continue
             if self.state_ledger is not None:  # the client saved its state before it replied
                 self.state_ledger.note_reply(cid, server_round, metrics)
-            problem = update_problem(params, reference, self.cfg.max_update_norm)
+            problem, norm = check_update(params, reference, self.cfg.max_update_norm, reference64)
             registered = self.clients[cid].num_examples if cid in self.clients else None
             if problem is None and num != registered:
                 problem = (f"reply claims num-examples={num}, but the client registered {registered} training "
@@ -124,15 +134,20 @@ class RoundDriver:
             if "local-accuracy" in metrics:
                 self.client_accuracy[cid] = float(metrics["local-accuracy"])
             updates.append(ClientUpdate(cid, params, num, metrics, records))
-        return self._screen_norms(server_round, updates, reference, rejected, phase)
+            norms[cid] = norm
+        return self._screen_norms(server_round, updates, reference, rejected, phase, norms)
 
     def _screen_norms(self, server_round: int, updates: list[ClientUpdate], reference: Params,
-                      rejected: list[Failure], phase: str) -> tuple[list[ClientUpdate], list[Failure]]:
-        """Reject updates whose norm exceeds update-norm-factor x the round's median update norm."""
+                      rejected: list[Failure], phase: str, norms: dict[int, float] | None = None
+                      ) -> tuple[list[ClientUpdate], list[Failure]]:
+        """Reject updates whose norm exceeds update-norm-factor x the round's median update norm
+        (``norms``: cid -> ||update - reference|| where already known)."""
         factor = self.cfg.update_norm_factor
         if factor <= 0 or len(updates) < 3:
             return updates, rejected
-        norms = {u.cid: flat_norm(deltas(reference, u.params)) for u in updates}
+        known = norms or {}
+        norms = {u.cid: known[u.cid] if known.get(u.cid) is not None else flat_norm(deltas(reference, u.params))
+                 for u in updates}
         limit = factor * float(np.median(list(norms.values())))
         kept = []
         for u in updates:

@@ -45,6 +45,7 @@ class StateLedger:
     starts: list[int]
     checkpoint_round: int = 0
     rounds: dict[int, int] = field(default_factory=dict)  # cid -> round after which it kept non-empty state
+    _records: dict[tuple, ConfigRecord] = field(default_factory=dict, init=False, repr=False, compare=False)
 
     @classmethod
     def fresh(cls) -> "StateLedger":
@@ -72,7 +73,16 @@ class StateLedger:
                             self.rounds.get(cid, 0))
 
     def record(self, cid: int) -> ConfigRecord:
-        return self.binding(cid).to_record()
+        """The ``client-state`` record of ``cid``'s next train message. Built once per distinct binding and
+        shared by the messages that carry it (records in outgoing messages are only read)."""
+        key = (self.run, tuple(self.attempts), tuple(self.starts), self.checkpoint_round, self.rounds.get(cid, 0))
+        memo = self._records
+        hit = memo.get(key)
+        if hit is None:
+            if len(memo) >= 64:  # one entry per (checkpoint round, state round) pair in use: keep it small
+                memo.clear()
+            hit = memo[key] = self.binding(cid).to_record()
+        return hit
 
     def note_reply(self, cid: int, server_round: int, metrics: Mapping[str, Any]) -> None:
         """A train reply of ``cid`` in ``server_round``: its state is now non-empty (or empty) as of that round."""
