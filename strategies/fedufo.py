@@ -13,8 +13,9 @@ Members that fail in phase 1 are left out of the relay; members that fail in pha
 the average; the round retries with a new sample only below min-train-replies.
 Rounds that need no relay (CGL only, the cross-device mode of Sec. 5; UAD against a frozen D in stage
 two) are ordinary single-exchange rounds ("train").
-Dynamic sampling (Sec. 3.3.2): the K_c/2 clients with the lowest last-known local accuracy plus K_c/2
-drawn at random from the rest.
+Dynamic sampling (Sec. 3.3.2): the K_c/2 clients with the lowest last-known "local performance" plus K_c/2
+drawn at random from the rest; by default the performance is theta_t's accuracy on the client's training data,
+which each sampled client reports at the start of its round (no local test split needed).
 """
 
 from __future__ import annotations
@@ -28,8 +29,8 @@ from flwr.app import ArrayRecord, ConfigRecord
 from flwr.serverapp import Grid
 
 from flcore.config import ConfigError, RunConfig
-from flcore.methods.fedufo import (COUNTS_KEY, DISC_PREFIX, GROUP_KEY, PRIOR_KEY, STAGE_KEY, FedUFOConfig,
-                                   class_proportions, needs_relay, stage_of)
+from flcore.methods.fedufo import (CLIENTS_KEY, COUNTS_KEY, DISC_PREFIX, GLOBAL_TRAIN_ACCURACY, GROUP_KEY, PRIOR_KEY,
+                                   SAMPLING_METRICS, STAGE_KEY, FedUFOConfig, class_proportions, needs_relay, stage_of)
 from flcore.records import params_to_record
 from strategies.base import ClientUpdate, FLStrategy, Params, RoundFailed, RoundOutcome
 from strategies.exchange import Failure, exchange
@@ -37,15 +38,20 @@ from strategies.exchange import Failure, exchange
 log = logging.getLogger("noniid_fl")
 
 
+def worst_half(ids: Sequence[int], accuracy: Mapping[int, float], size: int) -> list[int]:
+    """The floor(size/2) clients of ``ids`` with the lowest known finite accuracy (ties: lower id first)."""
+    known = sorted((float(accuracy[c]), int(c)) for c in ids if c in accuracy and math.isfinite(float(accuracy[c])))
+    return [c for _, c in known[: int(size) // 2]]
+
+
 def dynamic_sample(ids: Sequence[int], accuracy: Mapping[int, float], size: int,
                    rng: np.random.Generator) -> list[int]:
     """FedUFO's group: the floor(size/2) clients with the lowest known accuracy (ties: lower id first),
-    then the rest drawn uniformly without replacement from the remaining clients (clients with no known
-    accuracy yet are only eligible for the random half)."""
+    then the rest drawn uniformly without replacement from the remaining clients (clients with no known,
+    or a non-finite, accuracy are only eligible for the random half)."""
     ids = sorted(int(c) for c in ids)
     size = min(int(size), len(ids))
-    known = sorted((float(accuracy[c]), c) for c in ids if c in accuracy)
-    worst = [c for _, c in known[: size // 2]]
+    worst = worst_half(ids, accuracy, size)
     rest = [c for c in ids if c not in set(worst)]
     drawn = rng.choice(rest, size=size - len(worst), replace=False) if size > len(worst) else []
     return sorted(worst + [int(c) for c in drawn])
@@ -101,7 +107,12 @@ class FedUFOStrategy(FLStrategy):
         return stage_of(server_round, self.cfg.num_server_rounds, self.ufo)
 
     def client_config(self, server_round: int, cid: int) -> dict[str, Any]:
-        return {STAGE_KEY: self.stage(server_round)}
+        """The stage, and with UAD the registered client ids: D's outputs that enter Eqs. 4-5 (K in the paper
+        is the number of clients; outputs of ids no client holds would never be a label)."""
+        out: dict[str, Any] = {STAGE_KEY: self.stage(server_round)}
+        if "uad" in self.ufo.losses:
+            out[CLIENTS_KEY] = sorted(int(c) for c in self.clients)
+        return out
 
     def group_size(self) -> int:
         n = len(self.clients)
@@ -110,25 +121,38 @@ class FedUFOStrategy(FLStrategy):
     def sample(self, server_round: int) -> list[int]:
         if not self.ufo.dynamic_sampling:
             return super().sample(server_round)
-        return dynamic_sample(sorted(self.clients), self.client_accuracy, self.group_size(), self.rng)
+        ids, size = sorted(self.clients), self.group_size()
+        worst = worst_half(ids, self.client_accuracy, min(size, len(ids)))
+        ranked = worst_half(ids, self.client_accuracy, 2 * len(ids))  # every client with a finite value
+        self._info.update({"fedufo-ranked-clients": len(ranked), "fedufo-worst-half": len(worst)})
+        if worst:  # mean ranking value of the deliberately chosen half, and of all ranked clients
+            self._info["fedufo-worst-half-accuracy"] = float(np.mean([self.client_accuracy[c] for c in worst]))
+            self._info["fedufo-ranked-accuracy"] = float(np.mean([self.client_accuracy[c] for c in ranked]))
+        return dynamic_sample(ids, self.client_accuracy, size, self.rng)
 
     def collect_updates(self, server_round: int, replies, reference: Params,
                         phase: str = "train") -> tuple[list[ClientUpdate], list[Failure]]:
+        """The base updates; the ranking of dynamic sampling keeps only ``fedufo.sampling-metric``'s value
+        (finite values: a client without a local test split reports NaN for the split's metrics)."""
+        ranking = dict(self.client_accuracy)
         updates, rejected = super().collect_updates(server_round, replies, reference, phase)
-        metric = self.ufo.sampling_metric
+        metric = SAMPLING_METRICS[self.ufo.sampling_metric][0]
         for u in updates:
-            if metric in u.metrics:
-                self.client_accuracy[u.cid] = float(u.metrics[metric])
+            value = u.metrics.get(metric)
+            if isinstance(value, (int, float)) and math.isfinite(float(value)):
+                ranking[u.cid] = float(value)
+        self.client_accuracy = ranking
         return updates, rejected
 
     def federated_evaluate(self, grid: Grid, server_round: int, params: Params):
-        """Every client's accuracy of the new global model on its local test split is exactly the paper's
-        "local performance": with the default sampling metric it refreshes the ranking for all clients."""
+        """Every client's accuracy of the new global model on its local test split: with sampling metric
+        'global-model-local-accuracy' it refreshes the ranking of all clients."""
         per_client, failures = super().federated_evaluate(grid, server_round, params)
         if self.ufo.sampling_metric == "global-model-local-accuracy":
             for cid, metrics in per_client.items():
-                if "accuracy" in metrics:
-                    self.client_accuracy[int(cid)] = float(metrics["accuracy"])
+                value = metrics.get("accuracy")
+                if isinstance(value, (int, float)) and math.isfinite(float(value)):
+                    self.client_accuracy[int(cid)] = float(value)
         return per_client, failures
 
     def round_metrics(self) -> dict[str, Any]:
@@ -143,8 +167,8 @@ class FedUFOStrategy(FLStrategy):
                               f"client(s) {bad[:5]} are outside the discriminator's outputs")
         if len(self.clients) != k and not self._warned_size:
             self._warned_size = True
-            log.warning("fedufo: %s clients registered but the discriminator has fedufo-num-clients=%s outputs",
-                        len(self.clients), k)
+            log.info("fedufo: %s clients registered, the discriminator has fedufo.num-clients=%s outputs; Eqs. 4-5 "
+                     "use the registered clients' outputs only", len(self.clients), k)
 
     def _class_counts(self, update: ClientUpdate) -> list[int]:
         rec = update.records.get(COUNTS_KEY)
@@ -157,6 +181,8 @@ class FedUFOStrategy(FLStrategy):
         self._info = {"fedufo-stage": stage, "fedufo-relay": 0}
         self.refresh_clients(grid, server_round=server_round)
         self._check_ids()
+        if "uad" in self.ufo.losses:
+            self._info["fedufo-disc-outputs"] = len(self.clients)
         if needs_relay(stage, self.ufo):
             outcome = self._relay_round(grid, server_round, params)
         else:
@@ -177,6 +203,8 @@ class FedUFOStrategy(FLStrategy):
             sent, received = sent + res.bytes_sent, received + res.bytes_received
             self._forget_lost(res)
             updates: list[ClientUpdate] = []
+            self._info.update({k: v for k, v in mean_method_metrics(priors).items()
+                               if k == f"mean-{GLOBAL_TRAIN_ACCURACY}"})
             if priors:
                 members = [u.cid for u in priors]
                 counts = {u.cid: self._class_counts(u) for u in priors}

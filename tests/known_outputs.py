@@ -38,7 +38,10 @@ PER_JOB: dict[str, dict[str, Any]] = {
     "per-fedbc": {"fedbc.lambda-init": 0.05, "fedbc.eta-lambda": 0.1},
     "fedbc-uniform": {"fedbc.lambda-init": 0.05, "fedbc.eta-lambda": 0.1},
     "fedbr": {"fedbr.max-momentum": 0.5},  # the max step with the run's momentum, as before issue 19
-    "fedufo": {"fedufo.num-clients": NUM_NODES, "fedufo.stage-one-fraction": 0.5},
+    # fedufo: the schedule and ranking before issue 19 (still options); fedufo-paper: the defaults since
+    "fedufo": {"fedufo.num-clients": NUM_NODES, "fedufo.stage-one-fraction": 0.5, "fedufo.disc-schedule": "alternating",
+               "fedufo.sampling-metric": "global-model-local-accuracy"},
+    "fedufo-paper": {"method": "fedufo", "fedufo.num-clients": NUM_NODES, "fedufo.stage-one-fraction": 0.5},
     # fedetf: the weightings before issue 19 (still options); fedgmv: Alg. 1's defaults (mu over |S_t|, uniform)
     "fedetf": {"fedetf.warmup-fraction": 0.4, "fedetf.gmv-weighting": "clients", "fedetf.aggregation": "samples"},
     "fedgmv": {"fedetf.warmup-fraction": 0.4},

@@ -9,7 +9,7 @@ import tomllib
 import numpy as np
 import pytest
 import torch
-from flwr.app import ConfigRecord, Context, Error, Message, RecordDict
+from flwr.app import Error, Message, RecordDict
 
 from benchmarks.inproc_grid import InProcessGrid
 from client_app.state import ClientState
@@ -46,7 +46,6 @@ def test_uniform_loss_is_log_k_and_minimal_for_uniform_output():
 
 # ============================================================================ Eq. 5: discriminator loss
 def test_discriminator_loss_uses_each_members_client_index():
-    k = 4
     own = torch.log(torch.tensor([[0.1, 0.2, 0.6, 0.1]]))          # posterior feature, client l_k = 2
     other = torch.log(torch.tensor([[[0.5, 0.2, 0.2, 0.1]],           # member with id 0
                                     [[0.1, 0.1, 0.1, 0.7]]]))         # member with id 3
@@ -80,9 +79,17 @@ def test_cgr_target_is_softmax_of_class_proportion_mixture():
     props = torch.tensor([[0.75, 0.0, 0.5], [0.25, 1.0, 0.5]])
     mix = [0.75 * 0.7 + 0.25 * 0.1, 0.0 * 0.2 + 1.0 * 0.6, 0.5 * 0.1 + 0.5 * 0.3]   # hand-computed
     want = torch.softmax(torch.tensor(mix), dim=0)
-    assert torch.allclose(group_target(probs, props)[0], want, atol=1e-6)
+    assert torch.allclose(group_target(probs, props, "softmax")[0], want, atol=1e-6)
     norm = torch.tensor(mix) / sum(mix)
     assert torch.allclose(group_target(probs, props, "normalize")[0], norm, atol=1e-6)
+    assert torch.allclose(group_target(probs, props)[0], want, atol=1e-6)            # the default: Eq. 7
+    # Eq. 7 as printed is near uniform whatever the members predict: even a one-hot consensus over 10
+    # classes gives a max probability of e / (e + 9)
+    one_hot = torch.zeros(2, 1, 10)
+    one_hot[:, 0, 3] = 1.0
+    props10 = torch.full((2, 10), 0.5)
+    assert group_target(one_hot, props10, "softmax").max().item() == pytest.approx(math.e / (math.e + 9), abs=1e-6)
+    assert group_target(one_hot, props10, "normalize").max().item() == pytest.approx(1.0, abs=1e-6)
 
 
 def test_consensus_kl_directions_hand_values():
@@ -185,7 +192,8 @@ def _job(cfg: RunConfig, cid: int, phase: str, params, records=None, state=None,
     model.load_state_dict({k: torch.as_tensor(v) for k, v in params.items()})
     return TrainJob(cfg=cfg, cid=cid, server_round=1, model=model,
                     global_params={k: v.detach().clone() for k, v in model.state_dict().items()}, data=data,
-                    config={"fedufo-stage": stage, "server-round": 1}, records=records or {},
+                    config={"fedufo-stage": stage, "server-round": 1,
+                            "fedufo-clients": list(range(cfg.section(FedUFOConfig).num_clients))}, records=records or {},
                     state=state or ClientState(RecordDict(), cid), device=torch.device("cpu"),
                     generator=torch.Generator().manual_seed(100 + cid), phase=phase)
 
@@ -228,7 +236,7 @@ def test_discriminator_learns_client_ids_from_prior_features():
     relay = relay_records([0, 3], priors, {0: [1] * 10, 3: [1] * 10})
     trainer = FedUFOTrainer(_job(cfg, 3, "train.posterior", theta, relay[3], stage=1))
     trainer.run()
-    term = trainer.disc_term
+    term = trainer.disc_updates
     assert term is not None and term.other_labels == [0] and term.own_label == 3
     assert term.correct / term.seen > 0.5        # chance level over K = 4 outputs is 0.25
 
@@ -267,7 +275,8 @@ class FailingGrid(InProcessGrid):
 
 
 def test_full_round_relay_failures_and_bytes():
-    cfg = _cfg(**{"partition": "shards", "fraction-train": 1.0, "local-epochs": 1, "num-server-rounds": 2})
+    cfg = _cfg(**{"partition": "shards", "fraction-train": 1.0, "local-epochs": 1, "num-server-rounds": 2,
+                  "local-test-fraction": 0.25, "fedufo.sampling-metric": "global-model-local-accuracy"})
     grid = FailingGrid(4, fail={(1, "train.prior"), (2, "train.posterior")})
     strategy = FedUFOStrategy(cfg)
     model = build_model(cfg, (1, 8, 8), 10)

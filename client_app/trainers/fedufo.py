@@ -2,18 +2,22 @@
 
 A round reaches a client as up to two messages (the ClientApp sets ``job.phase`` from the action):
     "train.prior"     : train the prior w~_k from theta_t on local data with CE only; keep it in client
-                        state and return it with this client's class counts.
+                        state and return it with this client's class counts and theta_t's accuracy on
+                        the training data (dynamic sampling's default ranking; no local test split needed).
     "train.posterior" : the relay carries the other members' priors ("fedufo.prior.<cid>") and the group
                         ("fedufo.group": member ids and class proportions p_j); train the posterior w_k.
     "train"           : a posterior round without relay (CGL only, or UAD against a frozen D in stage
                         two): nothing from other clients is needed.
 Posterior objective (paper Eqs. 11-12), one local loop with pluggable terms:
-    stage one: CE + L_uniform (D frozen), then after every model step one D step on L^d_cls (model frozen);
+    stage one: CE + L_uniform (D frozen) for the round's local epochs, then D on L^d_cls with the model
+               frozen (``fedufo.disc-schedule = "paper"``, Sec. 3.4), or one D step after every model step
+               ("alternating");
     stage two: CE + L_uniform + L_cgr + lambda * L_cgl (D frozen unless ``fedufo.disc-train-stage-two``).
-The discriminator D (2 FC + ReLU, hidden = feature width, K = ``fedufo.num-clients`` outputs) lives in
-``model.extras["disc"]`` (only when UAD is on) so the server averages it with the model. D's output size must be known when the
-server builds the initial model, before any client registers, hence the run-config key; the strategy
-checks that every registered client id is below it.
+The discriminator D (2 FC + ReLU, hidden = feature width, ``fedufo.num-clients`` outputs) lives in
+``model.extras["disc"]`` (only when UAD is on) so the server averages it with the model. D's output size must
+be known when the server builds the initial model, before any client registers, hence the run-config key;
+the strategy checks that every registered client id is below it and sends the registered ids
+("fedufo-clients"): Eqs. 4-5 use only their outputs, so K is the federation's size as in the paper.
 """
 
 from __future__ import annotations
@@ -28,11 +32,13 @@ from flwr.app import ConfigRecord
 from torch import nn
 
 from client_app.trainers.base import Trainer, frozen_copy
-from client_app.trainers.fedufo_terms import (CGLTerm, CGRTerm, DiscriminatorTerm, PriorBank, UniformTerm, _Meter,
-                                             model_only_params, set_trainable)
-from client_app.training import LossTerm, OptimConfig, TrainStats, local_train
+from client_app.trainers.fedufo_terms import (CGLTerm, CGRTerm, CrossEntropyMeter, DiscriminatorPhase, DiscriminatorTerm,
+                                             LiveOutputs, PriorBank, UniformTerm, _Meter, model_only_params,
+                                             set_trainable)
+from client_app.training import LossTerm, OptimConfig, TrainStats, evaluate, local_train
 from flcore.config import ConfigError
-from flcore.methods.fedufo import (DISC_PREFIX, GROUP_KEY, PRIOR_KEY, COUNTS_KEY, STAGE_KEY, STATE_PRIOR, STATE_PRIOR_ROUND,
+from flcore.methods.fedufo import (CGR_ENTROPY, CGR_MAX_PROB, CLIENTS_KEY, COUNTS_KEY, DISC_PREFIX, DISC_STEPS,
+                                   GLOBAL_TRAIN_ACCURACY, GROUP_KEY, PRIOR_KEY, STAGE_KEY, STATE_PRIOR, STATE_PRIOR_ROUND,
                                    FedUFOConfig, active_terms, needs_relay)
 from flcore.records import model_params, record_to_params
 
@@ -49,8 +55,15 @@ class FedUFOTrainer(Trainer):
             raise KeyError(f"client {job.cid}: the FedUFO message's config lacks '{STAGE_KEY}' (the FedUFO strategy "
                            "sends the round's stage; see docs/PROTOCOL.md)")
         self.stage = int(job.config[STAGE_KEY])
+        self.outputs: LiveOutputs | None = None
+        if "uad" in self.ufo.losses:
+            if CLIENTS_KEY not in job.config:
+                raise KeyError(f"client {job.cid}: the FedUFO message's config lacks '{CLIENTS_KEY}' (the registered "
+                               "client ids, D's live outputs; see docs/PROTOCOL.md)")
+            self.outputs = LiveOutputs(list(job.config[CLIENTS_KEY]), self.ufo.num_clients, job.device)
+            self.outputs.column(job.cid)  # this client must be one of them
         self.meters: dict[str, _Meter] = {}
-        self.disc_term: DiscriminatorTerm | None = None
+        self.disc_updates: DiscriminatorTerm | DiscriminatorPhase | None = None
         self.num_priors = 0
         self.prior_retrained = 0
         if not 0 <= job.cid < self.ufo.num_clients:
@@ -62,6 +75,15 @@ class FedUFOTrainer(Trainer):
         return self.job.model.extras["disc"]
 
     # ------------------------------------------------------------------ phases
+    def before_fit(self) -> dict[str, float | int]:
+        """theta_t's accuracy on this client's training data, in the first reply of the client's round (prior
+        or single-phase train): what dynamic sampling ranks by default; it needs no local test split."""
+        if self.job.phase not in ("train.prior", "train"):
+            return {}
+        d = self.job.data
+        _, acc = evaluate(self.job.model, d.x_train, d.y_train)
+        return {GLOBAL_TRAIN_ACCURACY: acc}
+
     def fit(self) -> TrainStats:
         phase = self.job.phase
         if phase == "train.prior":
@@ -85,6 +107,14 @@ class FedUFOTrainer(Trainer):
         base = self.optim_config()
         epochs = self.ufo.prior_epochs or base.epochs
         return OptimConfig(base.lr, epochs, base.batch_size, base.momentum, base.weight_decay, base.max_steps)
+
+    def _disc_optim(self, per_step: bool = False) -> OptimConfig:
+        """D's SGD: the model's momentum and weight decay, lr ``fedufo.disc-lr`` (0: lr); the paper schedule's
+        phase runs ``fedufo.disc-epochs`` epochs (0: local-epochs) under the max-local-steps cap."""
+        base, ufo = self.optim_config(), self.ufo
+        epochs = base.epochs if per_step else (ufo.disc_epochs or base.epochs)
+        return OptimConfig(ufo.disc_lr or base.lr, epochs, base.batch_size, base.momentum, base.weight_decay,
+                           0 if per_step else base.max_steps)
 
     def _own_prior_needed(self) -> bool:
         return "cgr" in active_terms(self.stage, self.ufo) or self.ufo.posterior_init == "prior"
@@ -160,34 +190,49 @@ class FedUFOTrainer(Trainer):
         if ufo.posterior_init == "prior" and own_prior is not None:
             job.model.load_state_dict({k: torch.as_tensor(v) for k, v in own_prior.items()
                                        if not k.startswith(DISC_PREFIX)}, strict=False)
-        terms: list[LossTerm] = []
+        self.meters["ce"] = CrossEntropyMeter()
+        terms: list[LossTerm] = [self.meters["ce"]]
+        others: list[int] = []
+        prior_models: list[nn.Module] = []
+        props: torch.Tensor | None = None
         if needs_relay(self.stage, ufo):
-            others, models, props = self._relay()
+            others, prior_models, props = self._relay()
             self.num_priors = len(others)
+        train_disc = "disc" in terms_on
+        alternating = train_disc and ufo.disc_schedule == "alternating"
+        bank: PriorBank | None = None
+        if "cgr" in terms_on or alternating:  # the priors' outputs are needed at every model step
+            models = list(prior_models)
             if "cgr" in terms_on:
-                assert own_prior is not None
-                models = models + [self._prior_model(own_prior, "this client")]
-            else:
-                props = props[:-1]
+                assert own_prior is not None and props is not None
+                models.append(self._prior_model(own_prior, "this client"))
             bank = PriorBank(models, len(others))
             terms.append(bank)
         if "uad" in terms_on:
-            self.meters["uniform"] = UniformTerm(self.disc)
+            assert self.outputs is not None
+            self.meters["uniform"] = UniformTerm(self.disc, self.outputs)
             terms.append(self.meters["uniform"])
         if "cgr" in terms_on:
+            assert bank is not None and props is not None
             self.meters["cgr"] = CGRTerm(bank, props, ufo.cgr_target, ufo.kl_direction)
             terms.append(self.meters["cgr"])
         if "cgl" in terms_on:
             self.meters["cgl"] = CGLTerm(global_model, ufo.cgl_lambda, ufo.kl_direction)
             terms.append(self.meters["cgl"])
-        if "disc" in terms_on:
-            base = self.optim_config()
-            d_optim = OptimConfig(ufo.disc_lr or base.lr, base.epochs, base.batch_size, base.momentum,
-                                  base.weight_decay)
-            self.disc_term = DiscriminatorTerm(self.disc, job.cid, others, bank, d_optim)
-            self.meters["disc"] = self.disc_term
-            terms.append(self.disc_term)
+        if alternating:
+            assert bank is not None
+            assert self.outputs is not None
+            self.disc_updates = DiscriminatorTerm(self.disc, job.cid, others, bank, self._disc_optim(per_step=True),
+                                                  self.outputs)
+            terms.append(self.disc_updates)
         stats = self._local(job.model, terms, self.optim_config())
+        if train_disc and not alternating:  # the paper's order: the model's epochs, then D (model fixed)
+            assert self.outputs is not None
+            self.disc_updates = DiscriminatorPhase(self.disc, job.cid, others, prior_models, self._disc_optim(),
+                                                   self.outputs)
+            self.disc_updates.run(job.model, job.data.x_train, job.data.y_train, job.generator)
+        if self.disc_updates is not None:
+            self.meters["disc"] = self.disc_updates
         if own_prior is not None and job.phase == "train.posterior":
             job.state.put_arrays(STATE_PRIOR, {})  # used up: do not keep a model per client in state
         return stats
@@ -197,9 +242,14 @@ class FedUFOTrainer(Trainer):
         out: dict[str, float | int] = {"fedufo-stage": self.stage, "fedufo-priors-received": self.num_priors,
                                        "fedufo-own-prior-retrained": self.prior_retrained}
         for name, meter in self.meters.items():
-            out[f"fedufo-{name}-loss"] = meter.mean
-        if self.disc_term is not None:
-            out["fedufo-disc-own-accuracy"] = self.disc_term.correct / max(self.disc_term.seen, 1)
+            out[f"fedufo-{name}-loss"] = meter.mean  # uniform, disc, cgr, cgl and ce (= CE_LOSS)
+        cgr = self.meters.get("cgr")
+        if isinstance(cgr, CGRTerm):
+            out[CGR_MAX_PROB] = cgr.target_max_prob.mean
+            out[CGR_ENTROPY] = cgr.target_entropy.mean
+        if self.disc_updates is not None:
+            out["fedufo-disc-own-accuracy"] = self.disc_updates.own_accuracy
+            out[DISC_STEPS] = self.disc_updates.steps
         return out
 
     def extra_records(self) -> dict[str, Any]:

@@ -70,9 +70,12 @@ def group_target(prior_probs: torch.Tensor, proportions: torch.Tensor, mode: str
 
     prior_probs: (J, B, C) y~_{.|j} = softmax(h(x | w~_j)) for every member j of the group (own prior
                  included, Eq. 6 runs over 1 <= j <= K_c); proportions: (J, C) the p_j.
-    mode "softmax" (the paper): y~ = softmax(sum_j p_j (x) y~_{.|j}). Since the mixture lies in [0, 1]
-    this target is soft (class-probability ratios at most e).
-    mode "normalize" (option): the mixture renormalised to sum 1, i.e. a proper class-proportion mixture.
+    mode "softmax" (default, Eq. 7 as printed): y~ = softmax(sum_j p_j (x) y~_{.|j}). Softmax is monotone, so y~
+    ranks the classes as the mixture does, but since the mixture lies in [0, 1] class-probability ratios are
+    at most e: with C classes the max probability is at most e/(e + C - 1) (0.23 for C = 10), a soft target.
+    mode "normalize" (option): the mixture renormalised to sum 1, a class-proportion mixture of the members'
+    predictions. Under a label-skewed split every member's prior votes for its own classes on any x, so this
+    target spreads its mass over the group's classes.
     """
     if prior_probs.dim() != 3 or proportions.shape != (prior_probs.shape[0], prior_probs.shape[2]):
         raise ValueError(f"prior_probs (J, B, C) and proportions (J, C) disagree: "

@@ -4,6 +4,7 @@ objective alignment (group consensus CGR, global consensus CGL); prior models ar
 
 import math
 from dataclasses import dataclass
+from typing import Any, Mapping
 
 import numpy as np
 
@@ -13,7 +14,18 @@ from flcore.schema import ConfigError, Section, param
 LOSSES = ("uad", "cgr", "cgl")
 CGR_TARGETS = ("softmax", "normalize")
 KL_DIRECTIONS = ("posterior-target", "target-posterior")
+DISC_SCHEDULES = ("paper", "alternating")
+GLOBAL_TRAIN_ACCURACY = "fedufo-global-model-train-accuracy"  # reply metric: theta_t on the client's training data
+DISC_STEPS = "fedufo-disc-steps"     # reply metric: D's SGD steps in the round (paper schedule: disc-epochs x batches)
+CE_LOSS = "fedufo-ce-loss"           # reply metric: mean L_cls of the posterior's model steps (Eqs. 11-12)
+CGR_MAX_PROB = "fedufo-cgr-target-max-prob"  # reply metric: mean max-probability of the CGR target y~ (Eq. 7)
+CGR_ENTROPY = "fedufo-cgr-target-entropy"    # reply metric: mean entropy (nats) of the CGR target y~ (Eq. 7)
+# dynamic-sampling rankings: run-config value -> (reply metric, needs a local test split)
+SAMPLING_METRICS = {"global-model-train-accuracy": (GLOBAL_TRAIN_ACCURACY, False),
+                    "global-model-local-accuracy": ("global-model-local-accuracy", True),
+                    "local-accuracy": ("local-accuracy", True)}
 STAGE_KEY = "fedufo-stage"           # per-client config: the training stage (1 or 2) of this round
+CLIENTS_KEY = "fedufo-clients"       # per-client config (with UAD): ids of the registered clients = D's live outputs
 PRIOR_KEY = "fedufo.prior."          # + member id: relayed prior model (ArrayRecord, D stripped)
 GROUP_KEY = "fedufo.group"           # ConfigRecord: cids, proportions (flattened J x C), num-classes
 COUNTS_KEY = "fedufo.class-counts"   # ConfigRecord in the prior reply: counts
@@ -39,8 +51,9 @@ class FedUFOConfig(Section):
     NAME = "fedufo"
     losses_: str = param("uad,cgr,cgl", "comma-separated subset of {uad, cgr, cgl} (Tables 3-4 ablations); "
                                         "'' is FedAvg; 'cgl' alone needs no relay", old="fedufo-losses")
-    num_clients: int = param(100, "K, the discriminator's outputs (paper: the 100 clients of the federation); "
-                                  "every client id must be below it", ge=2, old="fedufo-num-clients")
+    num_clients: int = param(100, "the discriminator's outputs (paper: K = the 100 clients); every client id "
+                                  "must be below it; in a smaller federation only the registered clients' "
+                                  "outputs enter Eqs. 4-5", ge=2, old="fedufo-num-clients")
     stage_one_fraction: float = param(0.5, "share of the rounds spent in stage one (Sec. 3.4; the paper gives "
                                            "no length); only with uad", ge=0, le=1, old="fedufo-stage-one-fraction")
     cgl_lambda: float = param(3.0, "lambda of the CGL term (Eq. 12; paper 3)", ge=0, old="fedufo-cgl-lambda")
@@ -48,15 +61,26 @@ class FedUFOConfig(Section):
                                 choices=("global", "prior"), old="fedufo-posterior-init")
     dynamic_sampling: bool = param(True, "K_c/2 worst clients + K_c/2 random ones (Sec. 3.3.2)",
                                    old="fedufo-dynamic-sampling")
-    sampling_metric: str = param("global-model-local-accuracy", "reply metric that ranks clients for dynamic "
-                                 "sampling", choices=("global-model-local-accuracy", "local-accuracy"),
-                                 old="fedufo-sampling-metric")
+    sampling_metric: str = param("global-model-train-accuracy", "what ranks clients for dynamic sampling (the "
+                                 "paper's 'local performance'): theta_t's accuracy on the client's training "
+                                 "data (no local split needed), on its local test split (also refreshed by "
+                                 "federated evaluation), or the posterior's on that split",
+                                 choices=tuple(SAMPLING_METRICS), old="fedufo-sampling-metric")
     prior_epochs: int = param(0, "local epochs of the prior phase (0: local-epochs)", ge=0,
                               old="fedufo-prior-epochs")
+    disc_schedule: str = param("paper", "stage-one order (Sec. 3.4: 'we first freeze ... D and train the federated "
+                                        "model ... Then parameters of the federated model are fixed and we train "
+                                        "the discriminator'): paper = model for the round's epochs, then D; "
+                                        "alternating = one D step after every model step", choices=DISC_SCHEDULES)
+    disc_epochs: int = param(0, "epochs of the discriminator phase of the paper schedule (0: local-epochs; the "
+                                "paper gives no number)", ge=0)
     disc_lr: float = param(0.0, "SGD learning rate of the discriminator (0: lr)", ge=0, old="fedufo-disc-lr")
     disc_train_stage_two: bool = param(False, "keep training D in stage two (paper: stage two uses D from "
                                               "stage one)", old="fedufo-disc-train-stage-two")
-    cgr_target: str = param("softmax", "group target of CGR: softmax (Eq. 7 as written) or normalize",
+    cgr_target: str = param("softmax", "group target y~ of CGR: 'softmax' = Eq. 7 as printed, softmax of the "
+                                       "class-proportion mixture sum_j p_j * y~_j (same class ranking as the "
+                                       "mixture, max probability <= e/(e+C-1)); 'normalize' = the mixture "
+                                       "renormalised (docs/METHODS_NOTES.md: measured on both)",
                             choices=CGR_TARGETS, old="fedufo-cgr-target")
     kl_direction: str = param("posterior-target", "KL(y^||y~) as written in Eqs. 8/10, or KL(y~||y^)",
                               choices=KL_DIRECTIONS, old="fedufo-kl-direction")
@@ -67,6 +91,25 @@ class FedUFOConfig(Section):
 
     def check(self) -> None:
         parse_losses(self.losses_)
+
+    @classmethod
+    def parse(cls, values: Mapping[str, Any]) -> "FedUFOConfig":
+        """The section, refusing a sampling metric that needs a local test split when a fedufo run has none."""
+        obj = super().parse(values)
+        if values.get("method") == "fedufo":
+            obj.check_local_split(values)
+        return obj
+
+    def check_local_split(self, values: Mapping[str, Any]) -> None:
+        from flcore.config import CommonConfig  # here: flcore.config imports the method declarations
+
+        common = CommonConfig.parse({k: v for k, v in values.items() if "." not in k})
+        has_split = common.local_test_fraction > 0 or common.dataset == "synthetic"
+        if self.dynamic_sampling and SAMPLING_METRICS[self.sampling_metric][1] and not has_split:
+            raise ConfigError(f"run-config key 'fedufo.sampling-metric' = '{self.sampling_metric}' ranks clients by "
+                              "accuracy on their local test split, but 'local-test-fraction' is 0 (no split): set "
+                              "local-test-fraction > 0, fedufo.sampling-metric = 'global-model-train-accuracy' or "
+                              "fedufo.dynamic-sampling = false")
 
 
 def stage_of(server_round: int, num_rounds: int, ufo: "FedUFOConfig") -> int:
@@ -114,8 +157,9 @@ def class_proportions(counts: np.ndarray) -> np.ndarray:
 METHODS = [MethodDecl(
     "fedufo", "Zhang, Luo, Bai, Du and Duan, ICCV 2021 (FedUFO)", "strategies.fedufo:FedUFOStrategy",
     "client_app.trainers.fedufo:FedUFOTrainer", config=FedUFOConfig, model_hook="models.extras:add_discriminator",
-    payload=Payload(config=(STAGE_KEY,), records=(PRIOR_KEY, GROUP_KEY), reply_records=(COUNTS_KEY,),
+    payload=Payload(config=(STAGE_KEY, CLIENTS_KEY), records=(PRIOR_KEY, GROUP_KEY), reply_records=(COUNTS_KEY,),
                     metrics=("fedufo-stage", "fedufo-priors-received", "fedufo-own-prior-retrained",
                              "fedufo-uniform-loss", "fedufo-disc-loss", "fedufo-cgr-loss", "fedufo-cgl-loss",
-                             "fedufo-disc-own-accuracy"),
+                             "fedufo-disc-own-accuracy", DISC_STEPS, CE_LOSS, CGR_MAX_PROB, CGR_ENTROPY,
+                             GLOBAL_TRAIN_ACCURACY),
                     actions=("train", "train.prior", "train.posterior"), state=(STATE_PRIOR, STATE_PRIOR_ROUND)))]
