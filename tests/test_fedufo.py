@@ -311,8 +311,9 @@ def test_simulation_fedufo_learns_relays_and_switches_stage(tmp_path):
     from experiments.simulate import simulate
 
     over = {"method": "fedufo", "dataset": "digits", "partition": "shards", "num-server-rounds": 4,
-            "fedufo.num-clients": 6, "fraction-train": 0.5, "local-epochs": 2, "lr": 0.1,
-            "federated-eval-every": 1, "out-dir": str(tmp_path)}
+            "fedufo.num-clients": 6, "fraction-train": 0.5, "local-epochs": 2, "lr": 0.1, "momentum": 0.0,
+            "weight-decay": 0.0, "local-test-fraction": 0.25, "federated-eval-every": 1,
+            "fedufo.sampling-metric": "global-model-local-accuracy", "out-dir": str(tmp_path)}
     doc = simulate(over, num_supernodes=6, engine="ray")   # the relay through Flower's Ray simulation
     rounds = doc["rounds"]
     assert [r["strategy"]["fedufo-stage"] for r in rounds] == [1, 1, 2, 2]
