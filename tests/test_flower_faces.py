@@ -268,8 +268,9 @@ def test_flowers_legacy_fedavg_drives_the_numpy_client_with_the_context_run_conf
     _, ours = user_main(FakeGrid(3), _server_context(values))
     for k, v in record_to_params(ours.arrays).items():
         np.testing.assert_allclose(final[k], v, rtol=1e-4, atol=1e-5)
-    # round 1 evaluates the same model: both weigh the clients by their test-set size
-    assert dict(history.losses_distributed)[1] == pytest.approx(ours.evaluate_metrics_clientapp[1]["loss"], rel=1e-9)
+    # round 1 evaluates the same model: both weigh the clients by their test-set size (to float32 rounding: the
+    # legacy FedAvg aggregates in its own summation order; 3e-8 relative measured with the momentum-0.9 default)
+    assert dict(history.losses_distributed)[1] == pytest.approx(ours.evaluate_metrics_clientapp[1]["loss"], rel=1e-6)
 
 
 def test_numpy_client_refuses_methods_whose_exchange_does_not_fit():
