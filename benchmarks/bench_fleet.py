@@ -17,8 +17,14 @@ group, SIGCONT after D seconds) as soon as they receive a train message in round
 D seconds late. Two runs with round-timeout T and min-train-replies N - S: D < T (the round waits for them)
 and D > T (the round closes at T with N - S updates; the late ones are recorded as timeouts).
 
+``--idle-only`` measures each fleet connected and polling, without a job (what a machine too small for the
+job's ClientApps can still hold). The machine is shared: a fleet waits up to ``--memory-wait-s`` for the
+memory it needs (``--node-mib`` per node plus ``--min-available-mib``), is skipped if it never comes, and
+is killed if available memory falls below ``--min-available-mib`` while it runs (recorded in the file,
+with a PSS trace of where the memory went). docs/SCALING.md's tables: ``python -m benchmarks.fleet_tables``.
+
     nice -n 10 python -m benchmarks.bench_fleet [--nodes 3 10 30] [--rounds 3] [--mode tuned|stock]
-        [--stragglers 2 --straggler-nodes 10 --round-timeout 20 --delays 12 30] [--name fleet]
+        [--stragglers 2 --straggler-nodes 10 --round-timeout 20 --delays 12 30] [--idle-only] [--name fleet]
 """
 
 from __future__ import annotations
@@ -42,8 +48,11 @@ from benchmarks.harness import machine, write_result  # noqa: E402
 from benchmarks.stats import per_client_increment  # noqa: E402
 from deploy.localfed import LocalFederation, snapshot_app  # noqa: E402
 
+# every key the numbers depend on is explicit (the common defaults changed in issue 19: a local test split is
+# needed for the federated evaluation; lr, momentum and weight decay as when the first fleets were measured)
 JOB = {"method": "fedavg", "dataset": "digits", "model": "mlp", "partition": "iid", "seed": 0,
-       "federated-eval-every": 1, "round-timeout": 600.0, "checkpoint": False}
+       "federated-eval-every": 1, "local-test-fraction": 0.25, "lr": 0.05, "momentum": 0.0, "weight-decay": 0.0,
+       "round-timeout": 600.0, "checkpoint": False}
 TICK = os.sysconf("SC_CLK_TCK")
 
 
@@ -127,6 +136,27 @@ def roles(members: list[tuple[int, int]], leader: int) -> dict[str, list[int]]:
     for pid, _ in members:
         out["leader" if pid == leader else "superexec" if pid in execs else "app"].append(pid)
     return out
+
+
+def wait_gone(pgids: list[int], timeout: float = 60.0) -> float:
+    """Wait until no process of these process groups (or their descendants) is left; seconds waited. The
+    next fleet's memory check must not count a stopped fleet's exiting processes."""
+    t0 = time.time()
+    while time.time() - t0 < timeout:
+        groups = process_groups()
+        if not any(group_and_descendants(groups, g) for g in pgids):
+            break
+        time.sleep(0.5)
+    return time.time() - t0
+
+
+def wait_for_memory(need_mib: float, timeout: float) -> float:
+    """Wait up to ``timeout`` s for ``need_mib`` of available memory (other jobs on the shared machine come
+    and go); seconds waited."""
+    t0 = time.time()
+    while mem_available_mib() < need_mib and time.time() - t0 < timeout:
+        time.sleep(5.0)
+    return time.time() - t0
 
 
 def mem_available_mib() -> float:
@@ -226,6 +256,20 @@ def memory_summary(rows: list[dict[str, Any]]) -> dict[str, Any]:
     return out
 
 
+def memory_trace(rows: list[dict[str, Any]], t0: float, every: float = 5.0) -> list[list[float]]:
+    """[seconds since the fleet's start, machine's available memory, fleet PSS (all nodes), SuperLink-side
+    PSS (SuperLink + its SuperExec + ServerApp)] in MiB, one sample per ``every`` s: where the memory went.
+    PSS, not USS: a forked ClientApp shares its SuperExec's pages until it writes them, and a shared page
+    is in neither's USS (a node's USS falls while its forks start), while PSS sums to the memory used."""
+    out: list[list[float]] = []
+    for r in rows:
+        if not out or r["t"] - t0 >= out[-1][0] + every:
+            fleet = sum(v["base"][1] + v["app"][1] for v in r["nodes"].values())
+            link = r["superlink"][1] + r["link_superexec"][1] + r["serverapp"][1]
+            out.append([round(r["t"] - t0, 1), round(r["mem_available_mib"]), round(fleet), round(link)])
+    return out
+
+
 # ------------------------------------------------------------------------------------- stragglers
 class Freezer(threading.Thread):
     """SIGSTOP a straggler node's process group when its log shows a new train message (after the first
@@ -288,18 +332,58 @@ def run_job(fed: LocalFederation, cfg: dict[str, Any], name: str, sampler: Fleet
             "memory": memory_summary(window), "t0": t0, "t1": t1}
 
 
+def print_idle(n: int, args: argparse.Namespace, out: dict[str, Any]) -> None:
+    """One line for an ``--idle-only`` fleet."""
+    im = out["idle"]["memory"]
+    print(f"[N={n:3d} {args.mode}, idle only] connected in {out['connected_s']:.0f}s | idle SuperLink "
+          f"{out['idle']['superlink_cpu_per_s']:.3f} CPU s/s, nodes {out['idle']['nodes_cpu_per_s']:.2f} | "
+          f"RSS MiB: SuperLink {im['superlink_rss_mean']:.0f}, node at rest {im['node_base_rss_mean']:.0f} "
+          f"(USS {im['node_base_uss_mean']:.0f}), all nodes' USS {im['fleet_total_uss_peak']:.0f} | "
+          f"load {os.getloadavg()[0]:.1f}", flush=True)
+
+
+def measure_job(fed: LocalFederation, n: int, args: argparse.Namespace, sampler: FleetSampler, work: Path,
+                out: dict[str, Any]) -> None:
+    """The job (every node trains and evaluates every round) and, at ``--straggler-nodes``, the straggler
+    runs, on a connected fleet; results into ``out``."""
+    cfg = {**JOB, "num-server-rounds": args.rounds, "min-train-nodes": n, "out-dir": str(work / "out")}
+    job = run_job(fed, cfg, "job", sampler)
+    messages = n * (1 + 2 * args.rounds)  # registration query + train + evaluate per round
+    job["messages"] = messages
+    job["superlink_cpu_ms_per_message"] = 1e3 * job["superlink_cpu_s"] / messages
+    # what the messages cost the SuperLink beyond its idle load (nodes polling, heartbeats) over the job
+    job["superlink_cpu_above_idle_s"] = job["superlink_cpu_s"] - out["idle"]["superlink_cpu_per_s"] * job["wall_s"]
+    job["superlink_cpu_above_idle_ms_per_message"] = 1e3 * job["superlink_cpu_above_idle_s"] / messages
+    out["job"] = job
+    print(f"[N={n:3d} {args.mode}] connected in {out['connected_s']:.0f}s | idle SuperLink "
+          f"{out['idle']['superlink_cpu_per_s']:.3f} CPU s/s | rounds {['%.1f' % s for s in job['round_s']]} s | "
+          f"SuperLink CPU {job['superlink_cpu_s']:.1f}s ({job['superlink_cpu_ms_per_message']:.1f} ms/msg) | "
+          f"RSS MiB: SuperLink peak {job['memory']['superlink_rss_peak']:.0f}, ServerApp "
+          f"{job['memory']['serverapp_rss_peak']:.0f}, node at rest {out['idle']['memory']['node_base_rss_mean']:.0f} "
+          f"(USS {out['idle']['memory']['node_base_uss_mean']:.0f}), node peak "
+          f"{job['memory']['node_total_rss_peak_max']:.0f} (USS {job['memory']['node_total_uss_peak_max']:.0f}) | "
+          f"acc {job['final_accuracy']:.3f} | "
+          f"load {os.getloadavg()[0]:.1f}", flush=True)
+    if args.stragglers and n == args.straggler_nodes:
+        out["stragglers"] = [straggler_run(fed, n, args, delay, sampler, work) for delay in args.delays]
+
+
 def one_fleet(n: int, args: argparse.Namespace, root: Path, node_mib: float) -> dict[str, Any]:
     """Start a fleet of ``n`` SuperNodes, measure idle, one job and (optionally) stragglers, stop it.
-    ``node_mib``: expected memory per node (USS), to refuse a fleet this machine cannot hold."""
+    ``node_mib``: expected memory per node (USS) at its peak (at rest with ``--idle-only``), to refuse a
+    fleet this machine cannot hold."""
     work = root / f"n{n}"
     out: dict[str, Any] = {"nodes": n, "mode": args.mode, "tls_and_node_auth": not args.insecure,
-                           "poll_s": args.poll if args.mode == "tuned" else 3.0,
+                           "poll_s": args.poll if args.mode == "tuned" else 3.0, "idle_only": args.idle_only,
                            "loadavg_before": os.getloadavg()[0], "mem_available_before_mib": mem_available_mib()}
     need = n * node_mib + args.min_available_mib
+    waited = wait_for_memory(need, args.memory_wait_s)
+    out["memory_wait_s"], out["mem_available_before_mib"] = waited, mem_available_mib()
+    out["loadavg_before"] = os.getloadavg()[0]
     if out["mem_available_before_mib"] < need:
         out["skipped"] = (f"needs ~{need / 1024:.1f} GiB ({n} x {node_mib:.0f} MiB per node + "
                           f"{args.min_available_mib:.0f} MiB kept free), {out['mem_available_before_mib'] / 1024:.1f} "
-                          "GiB available")
+                          f"GiB available after waiting {waited:.0f} s")
         print(f"[N={n:3d}] skipped: {out['skipped']}", flush=True)
         return out
     t_start = time.time()
@@ -325,26 +409,10 @@ def one_fleet(n: int, args: argparse.Namespace, root: Path, node_mib: float) -> 
         idle = sampler.window(time.time() - args.idle_s, time.time())
         out["idle"] = {"seconds": idle[-1]["t"] - idle[0]["t"], "superlink_cpu_per_s": _cpu_rate(idle, "superlink_cpu_s"),
                        "nodes_cpu_per_s": _cpu_rate(idle, "nodes_cpu_s"), "memory": memory_summary(idle)}
-        cfg = {**JOB, "num-server-rounds": args.rounds, "min-train-nodes": n, "out-dir": str(work / "out")}
-        job = run_job(fed, cfg, "job", sampler)
-        messages = n * (1 + 2 * args.rounds)  # registration query + train + evaluate per round
-        job["messages"] = messages
-        job["superlink_cpu_ms_per_message"] = 1e3 * job["superlink_cpu_s"] / messages
-        # what the messages cost the SuperLink beyond its idle load (nodes polling, heartbeats) over the job
-        job["superlink_cpu_above_idle_s"] = job["superlink_cpu_s"] - out["idle"]["superlink_cpu_per_s"] * job["wall_s"]
-        job["superlink_cpu_above_idle_ms_per_message"] = 1e3 * job["superlink_cpu_above_idle_s"] / messages
-        out["job"] = job
-        print(f"[N={n:3d} {args.mode}] connected in {out['connected_s']:.0f}s | idle SuperLink "
-              f"{out['idle']['superlink_cpu_per_s']:.3f} CPU s/s | rounds {['%.1f' % s for s in job['round_s']]} s | "
-              f"SuperLink CPU {job['superlink_cpu_s']:.1f}s ({job['superlink_cpu_ms_per_message']:.1f} ms/msg) | "
-              f"RSS MiB: SuperLink peak {job['memory']['superlink_rss_peak']:.0f}, ServerApp "
-              f"{job['memory']['serverapp_rss_peak']:.0f}, node at rest {out['idle']['memory']['node_base_rss_mean']:.0f} "
-              f"(USS {out['idle']['memory']['node_base_uss_mean']:.0f}), node peak "
-              f"{job['memory']['node_total_rss_peak_max']:.0f} (USS {job['memory']['node_total_uss_peak_max']:.0f}) | "
-              f"acc {job['final_accuracy']:.3f} | "
-              f"load {os.getloadavg()[0]:.1f}", flush=True)
-        if args.stragglers and n == args.straggler_nodes:
-            out["stragglers"] = [straggler_run(fed, n, args, delay, sampler, work) for delay in args.delays]
+        if args.idle_only:
+            print_idle(n, args, out)
+        else:
+            measure_job(fed, n, args, sampler, work, out)
     except Exception as exc:  # noqa: BLE001 - a fleet killed for memory is recorded, anything else raised
         if sampler is None or sampler.low_memory is None:
             raise
@@ -355,8 +423,10 @@ def one_fleet(n: int, args: argparse.Namespace, root: Path, node_mib: float) -> 
         if sampler is not None and sampler.is_alive():
             sampler.stop()
         fed.stop()
+        out["teardown_s"] = wait_gone([p.popen.pid for p in [fed.superlink, *fed.nodes.values()] if p is not None])
     if sampler is not None and sampler.samples:
         out["mem_available_min_mib"] = min(r["mem_available_mib"] for r in sampler.samples)
+        out["memory_trace"] = memory_trace(sampler.samples, t_start)
     out["loadavg_after"] = os.getloadavg()[0]
     return out
 
@@ -409,15 +479,19 @@ def projection(fleets: list[dict[str, Any]], rounds: int, project: int) -> dict[
     grow linearly in N. Nodes run on their own machines, so their cost per node does not add up there."""
     ns = [f["nodes"] for f in fleets]
     poll = fleets[0]["poll_s"]
+    jobs = all("job" in f for f in fleets)  # False for --idle-only fleets: the idle fits only
     out: dict[str, Any] = {"nodes": ns, "projection_nodes": project, "poll_s": poll, "heartbeat_s": HEARTBEAT_S}
     series = {
         "superlink_idle_cpu_per_s": [f["idle"]["superlink_cpu_per_s"] for f in fleets],
-        "superlink_cpu_above_idle_s": [f["job"]["superlink_cpu_above_idle_s"] for f in fleets],
         "superlink_rss_idle_mib": [f["idle"]["memory"]["superlink_rss_mean"] for f in fleets],
-        "superlink_rss_peak_mib": [f["job"]["memory"]["superlink_rss_peak"] for f in fleets],
-        "serverapp_rss_peak_mib": [f["job"]["memory"]["serverapp_rss_peak"] for f in fleets],
-        "serverapp_uss_peak_mib": [f["job"]["memory"]["serverapp_uss_peak"] for f in fleets],
     }
+    if jobs:
+        series.update({
+            "superlink_cpu_above_idle_s": [f["job"]["superlink_cpu_above_idle_s"] for f in fleets],
+            "superlink_rss_peak_mib": [f["job"]["memory"]["superlink_rss_peak"] for f in fleets],
+            "serverapp_rss_peak_mib": [f["job"]["memory"]["serverapp_rss_peak"] for f in fleets],
+            "serverapp_uss_peak_mib": [f["job"]["memory"]["serverapp_uss_peak"] for f in fleets],
+        })
     lines = {}
     for key, ys in series.items():
         fixed, per_node = _line(ns, ys)
@@ -425,11 +499,19 @@ def projection(fleets: list[dict[str, Any]], rounds: int, project: int) -> dict[
     out["lines"] = lines
     req_per_node_s = 1.0 / poll + 1.0 / HEARTBEAT_S
     cpu_per_request_ms = 1e3 * lines["superlink_idle_cpu_per_s"]["per_node"] / req_per_node_s
+    out["superlink_cpu_per_request_ms"] = cpu_per_request_ms
+    out["at_projection"] = {
+        f"idle_superlink_cpu_per_s_poll_{p:g}s": project * (1.0 / p + 1.0 / HEARTBEAT_S) * cpu_per_request_ms / 1e3
+        for p in sorted({poll, 3.0})}
+    out["at_projection"]["superlink_rss_idle_mib"] = lines["superlink_rss_idle_mib"]["at_projection"]
+    out["node_rss_base_mib"] = [f["idle"]["memory"]["node_base_rss_mean"] for f in fleets]
+    out["node_uss_base_mib"] = [f["idle"]["memory"]["node_base_uss_mean"] for f in fleets]
+    if not jobs:
+        return out
     # Upper bound: besides the messages, the job's SuperLink CPU includes the ServerApp's reply polls and the
     # streamed log, which grow with the job's wall time - and on one shared box that grows with N as well.
     messages_per_node = 1 + 2 * rounds  # registration + train + evaluate per round
     cpu_per_message_ms = 1e3 * lines["superlink_cpu_above_idle_s"]["per_node"] / messages_per_node
-    out["superlink_cpu_per_request_ms"] = cpu_per_request_ms
     out["superlink_cpu_per_message_ms_upper_bound"] = cpu_per_message_ms
     # Refined: take off what a job costs the SuperLink per second without messages (measured while the
     # ServerApp waited for frozen stragglers), then divide by the messages.
@@ -442,17 +524,12 @@ def projection(fleets: list[dict[str, Any]], rounds: int, project: int) -> dict[
                    for f in fleets]
         out["job_overhead_cpu_per_s"] = extra
         out["superlink_cpu_per_message_ms"] = [1e3 * v for v in per_msg]
-    out["at_projection"] = {
-        f"idle_superlink_cpu_per_s_poll_{p:g}s": project * (1.0 / p + 1.0 / HEARTBEAT_S) * cpu_per_request_ms / 1e3
-        for p in sorted({poll, 3.0})}
     out["at_projection"]["superlink_cpu_s_per_round_upper_bound"] = 2 * project * cpu_per_message_ms / 1e3
     out["at_projection"]["superlink_rss_mib"] = lines["superlink_rss_peak_mib"]["at_projection"]
     out["at_projection"]["serverapp_rss_mib"] = lines["serverapp_rss_peak_mib"]["at_projection"]
     per_node = [f["job"]["nodes_cpu_s"] / f["nodes"] / (1 + rounds) for f in fleets]
     out["node_cpu_s_per_round_each"] = per_node  # a node's own CPU per round (incl. its share of registration)
-    out["node_rss_base_mib"] = [f["idle"]["memory"]["node_base_rss_mean"] for f in fleets]
     out["node_rss_peak_mib"] = [f["job"]["memory"]["node_total_rss_peak_max"] for f in fleets]
-    out["node_uss_base_mib"] = [f["idle"]["memory"]["node_base_uss_mean"] for f in fleets]
     return out
 
 
@@ -471,6 +548,11 @@ def main() -> None:
     ap.add_argument("--min-available-mib", type=float, default=3000.0,
                     help="keep this much memory free on the (shared) machine: a fleet that would not fit is "
                          "skipped, one that drives available memory below it is killed and recorded")
+    ap.add_argument("--memory-wait-s", type=float, default=600.0,
+                    help="wait up to this long for the memory a fleet needs before skipping it")
+    ap.add_argument("--idle-only", action="store_true",
+                    help="measure each fleet connected and idle only (no job, no stragglers): SuperLink CPU and "
+                         "memory at rest, node memory at rest")
     ap.add_argument("--node-mib", type=float, default=700.0,
                     help="expected memory (USS) per node before one was measured (TUNED=1 preloads torch)")
     ap.add_argument("--insecure", action="store_true",
@@ -481,6 +563,8 @@ def main() -> None:
     signal.signal(signal.SIGTERM, lambda *_: sys.exit(143))
     if args.idle_s < 10:
         ap.error("--idle-s must be >= 10 (the idle CPU rate needs several 1-s samples)")
+    if args.stragglers and args.idle_only:
+        ap.error("--stragglers needs a job: drop --idle-only")
     if args.stragglers and args.stragglers >= args.straggler_nodes:
         ap.error("--stragglers must be smaller than --straggler-nodes")
     if any(d > 32 for d in args.delays):
@@ -495,16 +579,19 @@ def main() -> None:
         fleets.append(one_fleet(n, args, root, node_mib))
         if "job" in fleets[-1]:  # what the nodes of the last measured fleet really took
             node_mib = max(args.node_mib, fleets[-1]["job"]["memory"]["node_total_uss_peak_max"])
+        elif "idle" in fleets[-1] and args.idle_only:
+            node_mib = max(args.node_mib, fleets[-1]["idle"]["memory"]["node_base_uss_max"])
     payload = {"machine": started, "args": vars(args), "job": JOB, "fleets": fleets,
                "loadavg_at_end": list(os.getloadavg())}
-    measured = [f for f in fleets if "job" in f]
+    measured = [f for f in fleets if ("idle" if args.idle_only else "job") in f]
     if len(measured) >= 2:
         proj = payload["projection"] = projection(measured, args.rounds, args.project)
         for key, v in proj["lines"].items():
             print(f"fit {key}: {v['fixed']:.4g} + {v['per_node']:.4g} x N -> {v['at_projection']:.4g} at "
                   f"N={args.project}")
         print(f"SuperLink CPU per request {proj['superlink_cpu_per_request_ms']:.2f} ms, per message "
-              f"<= {proj['superlink_cpu_per_message_ms_upper_bound']:.1f} ms; at N={args.project}: {proj['at_projection']}")
+              f"<= {proj.get('superlink_cpu_per_message_ms_upper_bound', float('nan')):.1f} ms; at N={args.project}: "
+              f"{proj['at_projection']}")
     print(f"wrote {write_result(args.name, payload)} (work dir {root})")
 
 
