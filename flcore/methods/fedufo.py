@@ -80,7 +80,7 @@ class FedUFOConfig(Section):
     cgr_target: str = param("softmax", "group target y~ of CGR: 'softmax' = Eq. 7 as printed, softmax of the "
                                        "class-proportion mixture sum_j p_j * y~_j (same class ranking as the "
                                        "mixture, max probability <= e/(e+C-1)); 'normalize' = the mixture "
-                                       "renormalised (docs/METHODS_NOTES.md: measured on both)",
+                                       "renormalised (docs/FEDUFO.md: both measured)",
                             choices=CGR_TARGETS, old="fedufo-cgr-target")
     kl_direction: str = param("posterior-target", "KL(y^||y~) as written in Eqs. 8/10, or KL(y~||y^)",
                               choices=KL_DIRECTIONS, old="fedufo-kl-direction")
