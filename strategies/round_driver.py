@@ -23,7 +23,7 @@ from strategies.client_registry import RoundFailed
 from strategies.aggregation import deltas, flat_norm
 from strategies.exchange import Failure, exchange
 from strategies.state_ledger import StateLedger
-from strategies.validation import as_float64, check_update
+from strategies.validation import UpdateNorm, as_float64, check_update
 
 log = logging.getLogger("noniid_fl")
 
@@ -108,7 +108,7 @@ class RoundDriver:
                         phase: str = "train") -> tuple[list[ClientUpdate], list[Failure]]:
         """Turn replies into updates; reject malformed or absurd ones (named in the log and results)."""
         updates, rejected = [], []
-        norms: dict[int, float] = {}  # ||update - reference|| of each accepted update, computed once
+        norms: dict[int, UpdateNorm] = {}  # ||update - reference|| of each accepted update, computed once
         reference64 = as_float64(reference) if replies else None
         for cid in sorted(replies):
             content = replies[cid].content
@@ -138,16 +138,22 @@ class RoundDriver:
         return self._screen_norms(server_round, updates, reference, rejected, phase, norms)
 
     def _screen_norms(self, server_round: int, updates: list[ClientUpdate], reference: Params,
-                      rejected: list[Failure], phase: str, norms: dict[int, float] | None = None
+                      rejected: list[Failure], phase: str, norms: dict[int, UpdateNorm] | None = None
                       ) -> tuple[list[ClientUpdate], list[Failure]]:
         """Reject updates whose norm exceeds update-norm-factor x the round's median update norm
-        (``norms``: cid -> ||update - reference|| where already known)."""
+        (``norms``: cid -> the update's norm where already known, exactly or bracketed)."""
         factor = self.cfg.update_norm_factor
         if factor <= 0 or len(updates) < 3:
             return updates, rejected
-        known = norms or {}
-        norms = {u.cid: known[u.cid] if known.get(u.cid) is not None else flat_norm(deltas(reference, u.params))
-                 for u in updates}
+        known = [(norms or {}).get(u.cid) for u in updates]
+        if all(n is not None for n in known):
+            # every exact norm is >= its lo, so the exact median is >= the median of the lo's: an update whose
+            # hi is within factor x that median is within the exact limit; if all are, nobody is rejected
+            limit_lo = factor * float(np.median([n.lo for n in known]))
+            if all(n.hi <= limit_lo for n in known):
+                return updates, rejected
+        norms = {u.cid: n.exact() if n is not None else flat_norm(deltas(reference, u.params))
+                 for u, n in zip(updates, known)}
         limit = factor * float(np.median(list(norms.values())))
         kept = []
         for u in updates:

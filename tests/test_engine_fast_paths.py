@@ -9,7 +9,7 @@ import os
 
 import numpy as np
 import pytest
-from flwr.app import ArrayRecord, ConfigRecord, MetricRecord, RecordDict
+from flwr.app import ConfigRecord, MetricRecord, RecordDict
 
 from engines.delivery import new_message_id
 from flcore.records import config_to_record, metric_record, params_to_record, record_dict
@@ -90,8 +90,9 @@ def test_check_update_names_the_same_problem_and_norm_as_check_by_check(case):
     for reference64 in (None, as_float64(ref)):
         got = check_update(p, ref, 1000.0, reference64)
         assert got[0] == want[0] and got[0] == update_problem(p, ref, 1000.0)
-        if got[0] is None:
-            assert got[1] == want[1] == flat_norm(deltas(ref, p))  # bit-identical, not approximately
+        if want[1] is not None:  # the norm named in a reason, or kept for the relative screen: bit-identical
+            assert got[1].exact() == want[1] == flat_norm(deltas(ref, p))
+            assert got[1].lo <= want[1] <= got[1].hi
     assert (want[0] is None) == (case == "ok")
 
 
@@ -101,7 +102,51 @@ def test_the_norm_is_exactly_the_old_one_for_every_dtype():
         ref = {"a": (rng.standard_normal((64, 33)) * 10).astype(dtype), "b": (rng.standard_normal(5) * 10).astype(dtype)}
         p = {k: (v + rng.standard_normal(v.shape) * 3).astype(dtype) for k, v in ref.items()}
         problem, norm = check_update(p, ref, 1e9)
-        assert problem is None and norm == flat_norm(deltas(ref, p))
+        assert problem is None and norm.exact() == flat_norm(deltas(ref, p))
+
+
+@pytest.mark.parametrize("scale", [1e-30, 1e-22, 1e-6, 1.0, 1e6, 1e15])
+def test_the_float32_bracket_holds_the_exact_norm_at_every_magnitude(scale):
+    """lo <= exact <= hi for differences from subnormal-squared to near float32 overflow, sparse and dense,
+    and the bracket is tight enough to decide (hi / lo < 1.2 for these sizes)."""
+    rng = np.random.default_rng(int(-np.log10(scale) * 7) % 1000)
+    for trial in range(20):
+        ref = {"a": rng.standard_normal((64, 33)).astype(np.float32), "b": rng.standard_normal(200).astype(np.float32),
+               "c": rng.standard_normal(()).astype(np.float32)}
+        p = {}
+        for k, v in ref.items():
+            delta = rng.standard_normal(v.shape) * scale * 10 ** rng.uniform(-2, 2, v.shape)
+            if trial % 3 == 0:
+                delta = delta * (rng.random(v.shape) < 0.05)  # mostly unchanged entries
+            p[k] = (v.astype(np.float64) + delta).astype(np.float32)
+        problem, norm = check_update(p, ref, float("inf"))
+        exact = flat_norm(deltas(ref, p))
+        assert problem is None and norm.lo <= exact <= norm.hi and norm.exact() == exact
+        if exact > 1e-30:
+            assert norm.hi <= 1.2 * norm.lo
+
+
+def test_the_relative_screen_decides_near_ties_with_exact_norms(tmp_path):
+    """Updates at 1x, 1x and exactly factor x the median (not above it: kept) and a hair above (rejected, the
+    reason naming the exact norms): the bracket cannot settle these, the exact path does, as before."""
+    from flcore.config import RunConfig, resolve_run_config
+    from server_app.runner import build_strategy
+    from strategies.base import ClientUpdate
+
+    cfg = RunConfig.from_dict(resolve_run_config({"update-norm-factor": 2.0, "out-dir": str(tmp_path)}))
+    strategy = build_strategy(cfg)
+    ref = {"w": np.zeros(4, np.float32)}
+
+    def update(cid, length):
+        return ClientUpdate(cid, {"w": np.array([length, 0, 0, 0], np.float32)}, 1, {}, {})
+
+    for top, kept in ((2.0, [0, 1, 2, 3]), (np.nextafter(np.float32(2.0), np.float32(3.0)), [0, 1, 2])):
+        ups = [update(0, 1.0), update(1, 1.0), update(2, 1.0), update(3, top)]
+        norms = {u.cid: check_update(u.params, ref, 1e9)[1] for u in ups}
+        got, rejected = strategy._screen_norms(1, ups, ref, [], "train", norms)
+        want, want_rejected = strategy._screen_norms(1, ups, ref, [], "train")  # exact norms only
+        assert [u.cid for u in got] == [u.cid for u in want] == kept
+        assert [f.as_dict() for f in rejected] == [f.as_dict() for f in want_rejected]
 
 
 def test_the_state_ledger_shares_one_record_per_binding_equal_to_a_fresh_one():
