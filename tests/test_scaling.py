@@ -220,27 +220,43 @@ def loopback_cluster(monkeypatch: pytest.MonkeyPatch, gpus_per_node: int = 0) ->
         shutil.rmtree(ray_tmp, ignore_errors=True)
 
 
+@pytest.fixture(scope="module")
+def gpu_cluster() -> Iterator[tuple[Any, set[str], str]]:
+    """One 2-node loopback cluster (1 CPU and 1 logical GPU per node) for both cluster tests of this module:
+    started once, shut down (and checked to leave no process) after the last."""
+    with pytest.MonkeyPatch.context() as mp, loopback_cluster(mp, gpus_per_node=1) as started:
+        yield started
+
+
+def _client_actors(address: str) -> dict[str, Any]:
+    """Ray's actor table of the cluster at ``address``: actor id -> entry, for Flower's ClientApp actors (dead
+    ones included: the table keeps the actors of finished jobs)."""
+    import ray
+
+    ray.init(address=address, logging_level="ERROR", log_to_driver=False)
+    try:
+        return {k: a for k, a in ray._private.state.actors().items() if a["ActorClassName"] == "ClientAppActor"}
+    finally:
+        ray.shutdown()
+
+
 @pytest.mark.slow
-def test_two_node_ray_cluster_trains_on_both_nodes_like_one_node(tmp_path: Path,
-                                                                  monkeypatch: pytest.MonkeyPatch) -> None:
+def test_two_node_ray_cluster_trains_on_both_nodes_like_one_node(tmp_path: Path, monkeypatch: pytest.MonkeyPatch,
+                                                                  gpu_cluster) -> None:
     import client_app.app
 
     cfg = {"dataset": "digits", "num-server-rounds": 2, "seed": 5, "device": "cpu", "federated-eval-every": 1,
            "local-test-fraction": 0.25}
-    # the reference first: a cluster's address file would make this run try to attach to the cluster
-    monkeypatch.setenv("RAY_TMPDIR", tempfile.mkdtemp(prefix="rc", dir="/tmp"))
-    try:
-        one = simulate({**cfg, "out-dir": str(tmp_path / "one-node")}, num_supernodes=4, engine="ray",
-                       total_cpus=2, cpus_per_client=1)
-    finally:
-        shutil.rmtree(os.environ["RAY_TMPDIR"], ignore_errors=True)
+    # the one-node reference on the in-process engine, which gives Ray's numbers bit for bit
+    # (tests/test_engine_equivalence.py) without starting a Ray of its own
+    one = simulate({**cfg, "out-dir": str(tmp_path / "one-node")}, num_supernodes=4)
     calls = tmp_path / "calls"
     calls.mkdir()
     # 1 CPU and 1 logical GPU per node, clients ask for 1 CPU and 0.5 GPU: one actor fits per node
-    with loopback_cluster(monkeypatch, gpus_per_node=1) as (cluster, nodes, _):
-        monkeypatch.setattr(client_app.app, "app", PlacementRecorder(client_app.app.app, str(calls)))
-        two = simulate({**cfg, "out-dir": str(tmp_path / "cluster")}, num_supernodes=4, engine="ray",
-                       cpus_per_client=1, gpus_per_client=0.5, ray_address=cluster.address)
+    cluster, nodes, _ = gpu_cluster
+    monkeypatch.setattr(client_app.app, "app", PlacementRecorder(client_app.app.app, str(calls)))
+    two = simulate({**cfg, "out-dir": str(tmp_path / "cluster")}, num_supernodes=4, engine="ray",
+                   cpus_per_client=1, gpus_per_client=0.5, ray_address=cluster.address)
 
     rows = [json.loads(line) for f in calls.glob("*.jsonl") for line in f.read_text().splitlines()]
     assert len(nodes) == 2 and {r["node"] for r in rows} == nodes
@@ -271,47 +287,41 @@ def _listening(port: int) -> bool:
 
 
 @pytest.mark.slow
-def test_flwr_run_local_attaches_to_the_cluster_in_ray_address(tmp_path: Path,
-                                                              monkeypatch: pytest.MonkeyPatch) -> None:
+def test_flwr_run_local_attaches_to_the_cluster_in_ray_address(tmp_path: Path, gpu_cluster) -> None:
     """`flwr run . local` with RAY_ADDRESS in the environment of the simulation SuperLink: the run's client
     actors live on the cluster's two nodes (Ray's actor table), not in a Ray of its own."""
-    import ray
-
     port = _free_port()
     out = tmp_path / "out"
-    with loopback_cluster(monkeypatch) as (cluster, nodes, ray_tmp):
-        env = {**os.environ, "RAY_ADDRESS": cluster.address, "RAY_TMPDIR": ray_tmp,
-               "FLWR_HOME": str(tmp_path / "flwr"), "FLWR_DISABLE_RUNTIME_DEPENDENCY_INSTALLATION": "1",
-               "FLWR_LOCAL_SUPERLINK_HTTP_API_PORT": str(port),
-               "PATH": f"{Path(sys.executable).parent}{os.pathsep}{os.environ.get('PATH', '')}"}
-        (tmp_path / "flwr").mkdir()
-        # the simulation SuperLink `flwr run . local` would start, started here (and stopped) by pid
-        link = subprocess.Popen(["flower-superlink", "--insecure", "--simulation", "--isolation", "subprocess",
-                                 "--host", "127.0.0.1", "--port", str(port), "--database", str(tmp_path / "link.db")],
-                                env=env, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, start_new_session=True)
+    cluster, nodes, ray_tmp = gpu_cluster
+    before = set(_client_actors(cluster.address))  # the cluster is shared: actors of earlier jobs are listed too
+    env = {**os.environ, "RAY_ADDRESS": cluster.address, "RAY_TMPDIR": ray_tmp,
+           "FLWR_HOME": str(tmp_path / "flwr"), "FLWR_DISABLE_RUNTIME_DEPENDENCY_INSTALLATION": "1",
+           "FLWR_LOCAL_SUPERLINK_HTTP_API_PORT": str(port),
+           "PATH": f"{Path(sys.executable).parent}{os.pathsep}{os.environ.get('PATH', '')}"}
+    (tmp_path / "flwr").mkdir()
+    # the simulation SuperLink `flwr run . local` would start, started here (and stopped) by pid
+    link = subprocess.Popen(["flower-superlink", "--insecure", "--simulation", "--isolation", "subprocess",
+                             "--host", "127.0.0.1", "--port", str(port), "--database", str(tmp_path / "link.db")],
+                            env=env, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, start_new_session=True)
+    try:
+        deadline = time.time() + 300
+        while not _listening(port):
+            assert time.time() < deadline and link.poll() is None, "the simulation SuperLink did not start"
+            time.sleep(0.5)
+        proc = subprocess.run(
+            ["flwr", "run", ".", "local", "--stream", "--federation-config",
+             "num-supernodes=4 client-resources-num-cpus=1",
+             "-c", f"dataset='digits' num-server-rounds=2 seed=5 federated-eval-every=0 out-dir='{out}'"],
+            cwd=ROOT, env=env, capture_output=True, text=True, timeout=600)
+        assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-3000:]
+        actors = [a for k, a in _client_actors(cluster.address).items() if k not in before]
+    finally:
+        os.killpg(link.pid, signal.SIGTERM)
         try:
-            deadline = time.time() + 300
-            while not _listening(port):
-                assert time.time() < deadline and link.poll() is None, "the simulation SuperLink did not start"
-                time.sleep(0.5)
-            proc = subprocess.run(
-                ["flwr", "run", ".", "local", "--stream", "--federation-config",
-                 "num-supernodes=4 client-resources-num-cpus=1",
-                 "-c", f"dataset='digits' num-server-rounds=2 seed=5 federated-eval-every=0 out-dir='{out}'"],
-                cwd=ROOT, env=env, capture_output=True, text=True, timeout=600)
-            assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-3000:]
-            ray.init(address=cluster.address, logging_level="ERROR", log_to_driver=False)
-            try:
-                actors = [a for a in ray._private.state.actors().values() if a["ActorClassName"] == "ClientAppActor"]
-            finally:
-                ray.shutdown()
-        finally:
-            os.killpg(link.pid, signal.SIGTERM)
-            try:
-                link.wait(timeout=30)
-            except subprocess.TimeoutExpired:
-                os.killpg(link.pid, signal.SIGKILL)
-                link.wait(timeout=30)
+            link.wait(timeout=30)
+        except subprocess.TimeoutExpired:
+            os.killpg(link.pid, signal.SIGKILL)
+            link.wait(timeout=30)
     doc = json.loads((out / "results.json").read_text())
     assert [r["num_updates"] for r in doc["rounds"]] == [4, 4]
     assert len(actors) == 2 and {a["Address"]["NodeID"] for a in actors} == nodes

@@ -44,9 +44,18 @@ def test_fedavg_learns_and_writes_results_on_the_default_inprocess_engine(tmp_pa
 
 
 @pytest.mark.slow
-def test_fedavg_learns_and_writes_results_on_ray(tmp_path):
+def test_fedavg_learns_and_writes_results_on_ray_through_the_command_line(tmp_path):
+    """`noniid-fl run --engine ray` in a process of its own (also the suite's check of the command line's Ray
+    path, which was a Ray run of its own in tests/test_cli_runs.py)."""
+    from tests.test_cli_runs import _env
+
     out = tmp_path / "run"
-    doc = simulate({**FEDAVG, "out-dir": str(out), "engine": "ray"}, num_supernodes=4)
+    values = " ".join(f"{k}={v!r}" if isinstance(v, str) else f"{k}={v}" for k, v in FEDAVG.items())
+    proc = subprocess.run([sys.executable, "-m", "cli", "run", "--nodes", "4", "--engine", "ray", "-c",
+                           f"{values} out-dir='{out}'"], cwd=tmp_path, env=_env(tmp_path), capture_output=True,
+                          text=True, timeout=600)
+    assert proc.returncode == 0, proc.stdout[-2000:] + proc.stderr[-2000:]
+    doc = json.loads((out / "results.json").read_text())
     assert doc["run_config"]["engine"] == "ray"
     _check_fedavg_run(doc, out)
 
