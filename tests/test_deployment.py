@@ -2,9 +2,10 @@
 
 Fast tests: the PKI script, the flwr connection config (read back with Flower's own parser), node data
 files, the poll patch of deploy/tuned.py, the start scripts' refusals, and the container/Kubernetes
-manifests. Slow tests start real processes on loopback (deploy/localfed.py -> deploy/*.sh): a SuperLink
-and three SuperNodes, `flwr run` of FedAvg and FedUFO (named actions + client state across messages),
-TLS + SuperNode authentication with an unregistered node refused, and a SuperNode killed mid-run.
+manifests. Slow tests share one federation of real processes on loopback (deploy/localfed.py ->
+deploy/*.sh; started once, see node_local_fed): a TLS SuperLink with SuperNode authentication and five
+SuperNodes; `flwr run` of FedAvg and FedUFO (named actions + client state across messages), an unregistered
+node refused, a node whose ClientApp raises recorded while the others train, and a SuperNode killed mid-run.
 Every process is stopped in a finally block (process groups), also when an assertion fails.
 """
 
@@ -273,21 +274,34 @@ def _assert_clean_rounds(doc: dict, rounds: int, clients: list[int]) -> None:
 
 
 COMMON = {"dataset": "digits", "partition": "dirichlet", "seed": 1}
+GOOD, UNREGISTERED, BAD = [0, 1, 2], 3, 4  # the shared federation's nodes (see node_local_fed)
 
 
 @pytest.fixture(scope="module")
 def node_local_fed(tmp_path_factory: pytest.TempPathFactory):
-    """SuperLink + 3 SuperNodes on loopback, each reading its own .npz (client-id + data-path) and
-    persisting client state to its own state-dir. Shared by the run test and the node-kill test (which
-    kills node 2, so it comes last); every process is stopped at the end, also after failures."""
+    """One loopback federation for every slow test of this module (each used to start its own): a SuperLink
+    with TLS, SuperNode authentication and TUNED mode (SuperExec secret), and five SuperNodes:
+
+    - 0, 1, 2 (registered): each reads its own .npz (client-id + data-path; a local test split of 25% for the
+      federated evaluation) and persists client state to its own state-dir;
+    - 3 (key never registered): refused at activation (the TLS / authentication test);
+    - 4 (key registered only by the failing-ClientApp test, which starts it then): its data-path does not
+      exist, so its ClientApp raises on every message; refused at activation until then.
+
+    Order matters and is the file's: the runs, then authentication, then the failing node (stopped gracefully
+    afterwards, so the SuperLink no longer lists it), then the node kill (node 2), last. Every process is
+    stopped at the end, also after failures."""
     tmp = tmp_path_factory.mktemp("node-local-fed")
-    write_node_files(tmp / "node-data", 3, COMMON)
+    write_node_files(tmp / "node-data", 3, {**COMMON, "local-test-fraction": 0.25})
     node_cfg = [f"client-id={i} data-path='{tmp / 'node-data' / f'client-{i}.npz'}' "
-                f"state-dir='{tmp / f'state-{i}'}'" for i in range(3)]
-    fed = LocalFederation(tmp / "fed", 3, tuned=True, node_configs=node_cfg, app_dir=snapshot_app(tmp / "app"))
+                f"state-dir='{tmp / f'state-{i}'}'" for i in GOOD]
+    node_cfg.append(f"client-id=0 data-path='{tmp / 'node-data' / 'client-0.npz'}'")     # 3: unregistered
+    node_cfg.append(f"client-id=3 data-path='{tmp / 'node-data' / 'missing.npz'}'")      # 4: raises
+    fed = LocalFederation(tmp / "fed", 5, tls=True, node_auth=True, register=GOOD, tuned=True, node_configs=node_cfg,
+                          app_dir=snapshot_app(tmp / "app"))
     try:
         fed.start()
-        fed.wait_connected()
+        fed.wait_connected(GOOD)
         yield fed, tmp
     finally:
         fed.stop()
@@ -302,7 +316,7 @@ def test_deployment_runs_fedavg_and_fedufo_on_node_local_data(node_local_fed) ->
                    "round-timeout": 120.0, "local-test-fraction": 0.25, "federated-eval-every": 1},
                   timeout=300, name="fedavg")
     assert avg.status == "finished:completed", avg.output[-3000:]
-    _assert_clean_rounds(avg.doc, 2, [0, 1, 2])
+    _assert_clean_rounds(avg.doc, 2, GOOD)  # the unregistered nodes took no part
     assert avg.doc["rounds"][-1]["client_accuracy_mean"] is not None  # federated evaluation answered
     assert avg.doc["final"]["global_accuracy"] > 0.2  # 10 classes: chance is 0.1
     assert (tmp / "avg" / "checkpoint.pt").exists()
@@ -310,16 +324,72 @@ def test_deployment_runs_fedavg_and_fedufo_on_node_local_data(node_local_fed) ->
     ufo = fed.run({**COMMON, "method": "fedufo", "num-server-rounds": 2, "out-dir": str(tmp / "ufo"),
                    "round-timeout": 120.0, "federated-eval-every": 0}, timeout=300, name="fedufo")
     assert ufo.status == "finished:completed", ufo.output[-3000:]
-    _assert_clean_rounds(ufo.doc, 2, [0, 1, 2])
+    _assert_clean_rounds(ufo.doc, 2, GOOD)
     # train.prior and train.posterior reached every node in both rounds, and each posterior found the
     # prior that the SuperNode kept in context.state between the two ClientApp processes
-    logs = "".join(fed.nodes[i].log.read_text(errors="replace") for i in range(3))
+    logs = "".join(fed.nodes[i].log.read_text(errors="replace") for i in GOOD)
     assert logs.count("Receiving: train.prior message") == 6
     assert logs.count("Receiving: train.posterior message") == 6
     assert "not in client state" not in logs
     # node-config state-dir: client state persisted on each node's disk, per run and round (client_app/state.py)
-    for i in range(3):
+    for i in GOOD:
         assert list((tmp / f"state-{i}").glob(f"run-*/client-{i}/r000002-*.pt"))
+
+
+@pytest.mark.slow
+def test_tls_with_supernode_authentication_refuses_unregistered_node(node_local_fed) -> None:
+    fed, tmp = node_local_fed
+    # the unregistered node is turned away at activation and exits (Flower exit code 305)
+    fed.nodes[UNREGISTERED].popen.wait(timeout=120)
+    log3 = fed.nodes[UNREGISTERED].log.read_text(errors="replace")
+    assert fed.nodes[UNREGISTERED].popen.returncode != 0
+    assert "Failed to activate SuperNode" in log3 and "SuperNode ID:" not in log3
+    link_log = fed.superlink.log.read_text(errors="replace")
+    assert "No SuperNode found with the given public key" in link_log
+    assert "SuperExec authentication is experimental" in link_log  # SUPEREXEC_SECRET_FILE is in use
+    listing = fed.flwr("supernode", "list", "localfed", "--format", "json")
+    nodes = json.loads(listing.stdout)["nodes"]
+    assert sorted(n["status"] for n in nodes) == ["online"] * len(GOOD), listing.stdout
+    # a plain-HTTP client cannot talk to the TLS SuperLink
+    write_connection("plain", f"127.0.0.1:{fed.port}", home=fed.home)
+    assert fed.flwr("list", "plain", timeout=120).returncode != 0
+    res = fed.run({**COMMON, "method": "fedavg", "num-server-rounds": 1, "min-train-nodes": 2,
+                   "federated-eval-every": 0, "round-timeout": 120.0, "out-dir": str(tmp / "tls")},
+                  timeout=300, name="tls")
+    assert res.status == "finished:completed", res.output[-3000:]
+    _assert_clean_rounds(res.doc, 1, GOOD)  # only the registered nodes took part
+
+
+@pytest.mark.slow
+def test_a_node_whose_clientapp_raises_is_recorded_and_the_run_goes_on(node_local_fed) -> None:
+    """A SuperNode whose ClientApp raises on every message (its node-config points at a data file that does
+    not exist): its registration fails with the reason, it is asked again with back-off, and the other
+    nodes train both rounds."""
+    fed, tmp = node_local_fed
+    fed.nodes[BAD].popen.wait(timeout=120)  # refused while its key was unregistered
+    fed.register_node(BAD)
+    fed.start_node(BAD)
+    try:
+        fed.wait_connected([BAD])
+        res = fed.run({**COMMON, "method": "fedavg", "num-server-rounds": 2, "out-dir": str(tmp / "bad-node"),
+                       "round-timeout": 120.0, "min-train-nodes": 2}, timeout=300, name="bad-node")
+    finally:  # stopped gracefully: it deactivates itself, so later runs do not see it
+        fed.nodes[BAD].signal_group(signal.SIGTERM)
+        fed.nodes[BAD].popen.wait(timeout=60)
+    assert res.status == "finished:completed", res.output[-3000:]
+    rounds = res.doc["rounds"]
+    assert [r["sampled"] for r in rounds] == [GOOD, GOOD] and all(r["num_updates"] == len(GOOD) for r in rounds)
+    register = [f for r in rounds for f in r["failures"] if f["phase"] == "register"]
+    # start-up and round 1 (asked again after one round); round 2 skipped by the back-off
+    assert len(register) == 2 and all(f["kind"] == "error" and "missing.npz" in f["reason"] for f in register)
+    assert all(f["phase"] == "register" for r in rounds for f in r["failures"])
+    deadline = time.time() + 60
+    while True:  # the SuperLink no longer counts it among the online nodes
+        listing = json.loads(fed.flwr("supernode", "list", "localfed", "--format", "json").stdout)["nodes"]
+        if sorted(n["status"] for n in listing).count("online") == len(GOOD):
+            break
+        assert time.time() < deadline, listing
+        time.sleep(1)
 
 
 @pytest.mark.slow
@@ -354,58 +424,3 @@ def test_killed_supernode_is_recorded_and_the_run_finishes_with_the_rest(node_lo
             assert "Node Unavailable" in r["failures"][0]["reason"]
     assert res.doc["rounds"][0]["failures"][0]["kind"] == "timeout"  # killed seconds ago: not yet expired
     assert json.loads((out / "results.json").read_text())["final"]["global_accuracy"] > 0.1
-
-
-@pytest.mark.slow
-def test_tls_with_supernode_authentication_refuses_unregistered_node(tmp_path: Path) -> None:
-    fed = LocalFederation(tmp_path / "fed", 3, tls=True, node_auth=True, register=[0, 1], tuned=True,
-                          app_dir=snapshot_app(tmp_path / "app"))
-    try:
-        fed.start()
-        fed.wait_connected([0, 1])
-        # the unregistered node is turned away at activation and exits (Flower exit code 305)
-        fed.nodes[2].popen.wait(timeout=120)
-        log2 = fed.nodes[2].log.read_text(errors="replace")
-        assert fed.nodes[2].popen.returncode != 0
-        assert "Failed to activate SuperNode" in log2 and "SuperNode ID:" not in log2
-        link_log = fed.superlink.log.read_text(errors="replace")
-        assert "No SuperNode found with the given public key" in link_log
-        assert "SuperExec authentication is experimental" in link_log  # SUPEREXEC_SECRET_FILE is in use
-        listing = fed.flwr("supernode", "list", "localfed", "--format", "json")
-        nodes = json.loads(listing.stdout)["nodes"]
-        assert sorted(n["status"] for n in nodes) == ["online", "online"], listing.stdout
-        # a plain-HTTP client cannot talk to the TLS SuperLink
-        write_connection("plain", f"127.0.0.1:{fed.port}", home=fed.home)
-        assert fed.flwr("list", "plain", timeout=120).returncode != 0
-        res = fed.run({"method": "fedavg", "dataset": "digits", "num-server-rounds": 1, "min-train-nodes": 2,
-                       "federated-eval-every": 0, "round-timeout": 120.0, "out-dir": str(tmp_path / "out")},
-                      timeout=300)
-        assert res.status == "finished:completed", res.output[-3000:]
-        # only the two registered nodes took part (partitions 0 and 1 of num-partitions=3)
-        _assert_clean_rounds(res.doc, 1, [0, 1])
-    finally:
-        fed.stop()
-
-
-@pytest.mark.slow
-def test_a_node_whose_clientapp_raises_is_recorded_and_the_run_goes_on(tmp_path: Path) -> None:
-    """A SuperNode whose ClientApp raises on every message (its node-config points at a data file that does
-    not exist): its registration fails with the reason, it is asked again with back-off, and the other two
-    nodes train both rounds."""
-    write_node_files(tmp_path / "node-data", 2, COMMON)
-    node_cfg = [f"client-id={i} data-path='{tmp_path / 'node-data' / f'client-{i}.npz'}'" for i in range(2)]
-    node_cfg.append(f"client-id=2 data-path='{tmp_path / 'node-data' / 'missing.npz'}'")
-    fed = LocalFederation(tmp_path / "fed", 3, tuned=True, node_configs=node_cfg, app_dir=snapshot_app(tmp_path / "app"))
-    try:
-        fed.start()
-        fed.wait_connected()
-        res = fed.run({**COMMON, "method": "fedavg", "num-server-rounds": 2, "out-dir": str(tmp_path / "out"),
-                       "round-timeout": 120.0, "min-train-nodes": 2}, timeout=300, name="bad-node")
-    finally:
-        fed.stop()
-    assert res.status == "finished:completed", res.output[-3000:]
-    rounds = res.doc["rounds"]
-    assert [r["sampled"] for r in rounds] == [[0, 1], [0, 1]] and all(r["num_updates"] == 2 for r in rounds)
-    register = [f for r in rounds for f in r["failures"] if f["phase"] == "register"]
-    # start-up and round 1 (asked again after one round); round 2 skipped by the back-off
-    assert len(register) == 2 and all(f["kind"] == "error" and "missing.npz" in f["reason"] for f in register)
