@@ -85,7 +85,8 @@ def test_run_local_sh_exit_codes_and_cleanup(tmp_path):
     assert bad.returncode == 2 and "'lr' got inf" in bad.stderr and time.time() - t0 < 10
     ok = run_local_sh(tmp_path, f"{JOB} out-dir='{tmp_path / 'ok'}'")
     assert ok.returncode == 0, ok.stdout[-3000:] + ok.stderr[-3000:]
-    assert len(json.loads((tmp_path / "ok" / "results.json").read_text())["rounds"]) == 2
+    doc = json.loads((tmp_path / "ok" / "results.json").read_text())  # `flwr run . local` end to end (README)
+    assert len(doc["rounds"]) == 2 and doc["final"]["num_clients"] == 3 and doc["final"]["global_accuracy"] > 0.1
     assert _gone(ok.stdout)  # its SuperLink (and children) stopped
     failed = run_local_sh(tmp_path, f"{JOB} {FAIL} out-dir='{tmp_path / 'failed'}'")
     assert failed.returncode == 1, failed.stdout[-3000:]

@@ -1,10 +1,8 @@
-"""End to end through simulate() on the in-process engine (the default), on Flower's Simulation Engine (Ray),
-and through `flwr run . local` (the README's path)."""
+"""End to end through simulate() on the in-process engine (the default) and through `noniid-fl run --engine ray`
+(Flower's Simulation Engine). `flwr run . local` end to end (the README's path, on a SuperLink of its own that is
+stopped afterwards): tests/test_cli_runs.py, test_run_local_sh_exit_codes_and_cleanup."""
 
 import json
-import os
-import signal
-import socket
 import subprocess
 import sys
 from pathlib import Path
@@ -58,75 +56,3 @@ def test_fedavg_learns_and_writes_results_on_ray_through_the_command_line(tmp_pa
     doc = json.loads((out / "results.json").read_text())
     assert doc["run_config"]["engine"] == "ray"
     _check_fedavg_run(doc, out)
-
-
-def _free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
-
-
-def _wait_for_port(port: int, timeout: float) -> None:
-    import time
-
-    deadline = time.time() + timeout
-    while time.time() < deadline:
-        with socket.socket() as s:
-            if s.connect_ex(("127.0.0.1", port)) == 0:
-                return
-        time.sleep(1)
-
-
-def _superlinks(port: int) -> list[int]:
-    out = subprocess.run(["pgrep", "-f", f"flower-superlink.*--port {port}"], capture_output=True, text=True)
-    return [int(p) for p in out.stdout.split()]
-
-
-@pytest.mark.slow
-def test_flwr_run_local_end_to_end_and_superlink_is_stopped(tmp_path):
-    port, control = _free_port(), _free_port()
-    env = {**os.environ, "FLWR_HOME": str(tmp_path / "flwr"), "FLWR_DISABLE_RUNTIME_DEPENDENCY_INSTALLATION": "1",
-           "FLWR_LOCAL_SUPERLINK_HTTP_API_PORT": str(port), "FLWR_LOCAL_CONTROL_API_PORT": str(control),
-           "PATH": f"{Path(sys.executable).parent}{os.pathsep}{os.environ.get('PATH', '')}"}
-    out = tmp_path / "out"
-    # Start the simulation SuperLink the way `flwr run . local` does, but wait for it as long as needed
-    # (flwr itself gives up after a fixed 15 s, which a loaded machine can exceed); `flwr run . local`
-    # then finds it on its port and uses it.
-    (tmp_path / "flwr").mkdir()
-    link = subprocess.Popen(["flower-superlink", "--insecure", "--simulation", "--isolation", "subprocess",
-                             "--host", "127.0.0.1", "--port", str(port), "--database", str(tmp_path / "link.db")],
-                            env=env, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, start_new_session=True)
-    cmd = ["flwr", "run", ".", "local", "--stream", "--federation-config",
-           "num-supernodes=3 client-resources-num-cpus=1",
-           "-c", f"dataset='digits' num-server-rounds=2 out-dir='{out}' federated-eval-every=0"]
-    try:
-        _wait_for_port(port, 300)
-        proc = subprocess.run(cmd, cwd=ROOT, env=env, capture_output=True, text=True, timeout=600)
-        assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-3000:]
-        doc = json.loads((out / "results.json").read_text())
-        assert len(doc["rounds"]) == 2 and doc["final"]["num_clients"] == 3
-        assert doc["final"]["global_accuracy"] > 0.1
-    finally:
-        _stop([link.pid] + _superlinks(port))
-        link.wait(timeout=30)
-    assert _superlinks(port) == []
-
-
-def _stop(pids: list[int], grace: float = 20.0) -> None:
-    """SIGTERM, wait up to ``grace`` seconds, then SIGKILL what is left."""
-    import time
-
-    for pid in pids:
-        try:
-            os.kill(pid, signal.SIGTERM)
-        except ProcessLookupError:
-            pass
-    deadline = time.time() + grace
-    while time.time() < deadline and any(Path(f"/proc/{p}").exists() for p in pids):
-        time.sleep(0.5)
-    for pid in pids:
-        try:
-            os.kill(pid, signal.SIGKILL)
-        except ProcessLookupError:
-            pass
-    time.sleep(0.5)
