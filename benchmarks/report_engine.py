@@ -158,9 +158,9 @@ def _profile(profile: Doc, mnist: Doc | None, digits: Doc | None) -> list[str]:
     mnist_ratio = (T.text("profile_mnist", ratio=f(mnist["plain.cpu_per_round_s"]["median"]
                                                    / digits["plain.cpu_per_round_s"]["median"], 0))
                    if mnist and digits else "")
-    metrics = share.get("  metrics record (Flower's validation)", 0)
+    flower = sum(v for k, v in share.items() if k.startswith("Flower: "))
     return out + T.lines("profile_reading", plain_ms=f(plain_ms, 1),
                          overhead_ms=f(profile["overhead_cpu_per_round_s"] * 1e3, 1), goal=f(ENGINE_PLAIN_MAX),
                          allowed_ms=f(0.10 * plain_ms, 1) if plain_ms else f(None),  # 0.10: ENGINE_PLAIN_MAX - 1
-                         server=f(server * 100, 0), metrics=f(metrics * 100, 0), copies=f(copies * 100, 0),
+                         server=f(server * 100, 0), flower=f(flower * 100, 0), copies=f(copies * 100, 0),
                          mnist=mnist_ratio)
