@@ -523,6 +523,7 @@ def test_unregistered_and_self_registering_nodes_are_refused_through_the_proxy(p
 
 # ============================================================================ slow: images built and run
 @pytest.mark.slow
+@pytest.mark.image
 def test_images_build_and_a_supernode_from_its_image_trains_through_the_proxy(tmp_path: Path) -> None:
     """podman builds the three images (deploy/docker/build_local.sh: a Debian-package base replaces the
     registry base images, which cannot be pulled here); the proxy image's nginx accepts the rendered
