@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import math
 import sys
 import time
 import traceback
@@ -17,6 +18,7 @@ from pathlib import Path
 
 from experiments.run import RESULTS_ROOT, is_complete, load_experiment, sweep_progress
 from experiments.tuning import METRIC, TUNING_FILE, choose, score, trial_name
+from flcore.config import resolve_run_config
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -47,8 +49,8 @@ def main(argv: list[str] | None = None) -> int:
             jobs.append((label, trial, out, values))
     failed, t0 = [], time.time()
     for i, (label, trial, out, values) in enumerate(jobs):
-        rounds = int(values.get("num-server-rounds", 0) or 0)
-        if not args.force and rounds and is_complete(out, rounds):
+        rounds = int(resolve_run_config(values)["num-server-rounds"])  # the default when the config omits it
+        if not args.force and is_complete(out, rounds):
             continue
         print(f"{sweep_progress(i, len(jobs), time.time() - t0)} tune {name}/{label} {trial}", flush=True)
         try:
@@ -72,7 +74,7 @@ def main(argv: list[str] | None = None) -> int:
             failed.append(label)
             continue
         summary["runs"][label] = {"chosen": chosen, "val_score": best, "budget": len(trials),
-                                  "trials": [{"values": t, "val_score": s if s == s else None} for t, s in trials]}
+                                  "trials": [{"values": t, "val_score": s if math.isfinite(s) else None} for t, s in trials]}
         print(f"[chosen] {name}/{label}: {chosen} (validation {best:.4f}, {len(trials)} trials)", flush=True)
     root.mkdir(parents=True, exist_ok=True)
     (root / TUNING_FILE).write_text(json.dumps(summary, indent=1))

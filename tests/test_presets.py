@@ -14,7 +14,7 @@ import torch
 from cli.main import main
 from data_partitioning import federated
 from data_partitioning.datasets import TORCHVISION_FILES, Pool, dataset_shape
-from flcore.config import ConfigError, RunConfig, all_specs, resolve_run_config
+from flcore.config import RunConfig, all_specs, resolve_run_config
 from flcore.presets import presets
 from flcore.presets_doc import DOC, assignments, kind_of, per_round, render
 from flcore.schema import coerce
