@@ -205,15 +205,16 @@ def test_lra_trainer_needs_the_neck_and_gne_works_with_base_trainer():
 
 
 # ------------------------------------------------------------------------------------------ end to end
-@pytest.mark.slow
 def test_fedrane_simulation_learns(tmp_path):
+    """On the in-process engine (experiments.simulate's default; same numbers as Flower's Ray simulation,
+    tests/test_engine_equivalence.py)."""
     from experiments.simulate import simulate
 
     doc = simulate({"method": "fedrane", "dataset": "digits", "model": "convnet", "num-server-rounds": 3,
                     "partition": "dirichlet", "dirichlet-alpha": 0.5, "local-epochs": 2, "batch-size": 64,
                     "lr": 0.1, "fedrane.lra-graph": "closed-form", "local-test-fraction": 0.25,
                     "out-dir": str(tmp_path), "checkpoint": False},
-                   num_supernodes=4, engine="ray")   # Flower's Ray simulation
+                   num_supernodes=4)   # the real ServerApp and ClientApp, in this process
     rounds = doc["rounds"]
     assert len(rounds) == 3
     for row in rounds:
