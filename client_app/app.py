@@ -19,6 +19,7 @@ from __future__ import annotations
 
 import functools
 import logging
+import operator
 
 import numpy as np
 import torch
@@ -78,19 +79,45 @@ def _data_key(cfg: RunConfig) -> tuple:
                                  "synthetic-alpha", "synthetic-beta", "rotation-step-deg", "data-root")))
 
 
+class _HashedItems:
+    """Every (key, value) of a run config as a hashable cache key whose hash is computed once: the config has
+    over a hundred keys, and hashing them for every message's cache lookups cost ~3 us each time."""
+
+    __slots__ = ("items", "_hash")
+
+    def __init__(self, items: tuple) -> None:
+        self.items, self._hash = items, hash(items)
+
+    def __hash__(self) -> int:
+        return self._hash
+
+    def __eq__(self, other: object) -> bool:
+        return self is other or (isinstance(other, _HashedItems) and self._hash == other._hash
+                                 and self.items == other.items)
+
+
 @functools.lru_cache(maxsize=64)
-def _cached_arrays(key: tuple, cid: int, num_partitions: int, data_path: str, cfg_items: tuple) -> ClientArrays:
-    cfg = RunConfig.from_dict(dict(cfg_items))
+def _cached_arrays(key: tuple, cid: int, num_partitions: int, data_path: str, cfg_items: _HashedItems) -> ClientArrays:
+    cfg = RunConfig.from_dict(dict(cfg_items.items))
     if data_path:
         return node_arrays(data_path, cfg.local_test_fraction, cfg.seed + cid)
     return client_arrays(cfg, cid, num_partitions)
 
 
-def _cfg_keys(cfg: RunConfig) -> tuple[tuple, tuple]:
+@functools.lru_cache(maxsize=64)
+def _cached_data(key: tuple, cid: int, num_partitions: int, data_path: str, cfg_items: _HashedItems,
+                 device: torch.device) -> ClientData:
+    """A node's data as tensors on ``device`` (views of the cached arrays on the CPU), built once per config."""
+    arr = _cached_arrays(key, cid, num_partitions, data_path, cfg_items)
+    t = functools.partial(torch.as_tensor, device=device)
+    return ClientData(t(arr.x_train), t(arr.y_train), t(arr.x_test), t(arr.y_test), arr.num_classes)
+
+
+def _cfg_keys(cfg: RunConfig) -> tuple[tuple, _HashedItems]:
     """(data key, every key's value) of ``cfg``, memoized for the last config object seen."""
     global _CFG_KEYS
     if _CFG_KEYS is None or _CFG_KEYS[0] is not cfg:
-        _CFG_KEYS = (cfg, _data_key(cfg), tuple(sorted(cfg.to_dict().items())))
+        _CFG_KEYS = (cfg, _data_key(cfg), _HashedItems(tuple(sorted(cfg.to_dict().items()))))
     return _CFG_KEYS[1], _CFG_KEYS[2]
 
 
@@ -101,11 +128,10 @@ def load_client_data(cfg: RunConfig, node_config: dict, device: torch.device) ->
     cid, num_partitions, data_path = node_identity(node_config)
     try:
         data_key, items = _cfg_keys(cfg)
-        arr = _cached_arrays(data_key, cid, num_partitions, data_path, items)
+        data = _cached_data(data_key, cid, num_partitions, data_path, items, device)
     except Exception as exc:
         raise ClientSetupError(f"client {cid}: cannot load its data ({cfg.dataset}): {exc}") from exc
-    t = functools.partial(torch.as_tensor, device=device)
-    return cid, ClientData(t(arr.x_train), t(arr.y_train), t(arr.x_test), t(arr.y_test), arr.num_classes)
+    return cid, data
 
 
 def parse_run_config(values, source: str) -> RunConfig:
@@ -114,15 +140,20 @@ def parse_run_config(values, source: str) -> RunConfig:
     in the error for an incomplete or invalid one."""
     global _LAST_CONFIG
     last = _LAST_CONFIG
-    if last is not None and values == last[0] and list(map(type, values.values())) == last[1]:
-        return last[2]  # (a ConfigRecord compares its items with the dict, C-level: no copy needed)
+    if last is not None:
+        if len(values) == len(last[0]) and all(map(operator.is_, values.keys(), last[3])) and all(
+                map(operator.is_, values.values(), last[4])):
+            return last[2]  # the very key and value objects, in order, parsed last time (a copied message
+            #                 shares them): C-level, no equality or type comparisons
+        if values == last[0] and list(map(type, values.values())) == last[1]:
+            return last[2]  # (a ConfigRecord compares its items with the dict, C-level: no copy needed)
     values = dict(values.items())
     types = list(map(type, values.values()))
     try:
         cfg = RunConfig.from_dict(values, complete=True)
     except ConfigError as exc:
         raise ClientSetupError(f"the run config from {source} is not usable: {exc}") from exc
-    _LAST_CONFIG = (values, types, cfg)
+    _LAST_CONFIG = (values, types, cfg, list(values.keys()), list(values.values()))
     return cfg
 
 
@@ -152,9 +183,21 @@ def _model(cfg: RunConfig, data: ClientData, device: torch.device, params: dict)
     return model
 
 
+def _frozen_global(params: dict, slots: list[tuple[str, torch.Tensor]]) -> dict[str, torch.Tensor]:
+    """The received global state as tensors like the model's (device, dtype), detached: what a clone of the
+    freshly loaded model's state dict holds (``load_state_dict`` copied ``params`` in with the same casts),
+    without the copy where ``params``' own array already is one (CPU, same dtype; the arrays were decoded
+    for this message alone and are only read)."""
+    out = {}
+    for k, t in slots:
+        a = np.asarray(params[k])
+        out[k] = torch.from_numpy(a if a.flags.writeable else a.copy()).to(device=t.device, dtype=t.dtype)
+    return out
+
+
 def node_info(cfg: RunConfig, context: Context) -> dict:
     """What a node announces at registration: stable client id, training-set size, class counts."""
-    cid, data = load_client_data(cfg, dict(context.node_config), torch.device("cpu"))
+    cid, data = load_client_data(cfg, context.node_config, torch.device("cpu"))
     return {"cid": cid, "num-examples": data.num_train, "class-counts": data.class_counts()}
 
 
@@ -163,7 +206,7 @@ def train_on_node(cfg: RunConfig, context: Context, config: dict, params: dict, 
     """One local training of the method's trainer from ``params`` with this node's data and client state
     (saved afterwards); ``config`` = the server's per-client values (server-round, ...)."""
     device = pick_device(cfg)
-    cid, data = load_client_data(cfg, dict(context.node_config), device)
+    cid, data = load_client_data(cfg, context.node_config, device)
     server_round = int(config.get("server-round", 0))
     state_dir = str(context.node_config.get("state-dir", "")) or cfg.client_state_dir
     records = dict(records)
@@ -174,7 +217,7 @@ def train_on_node(cfg: RunConfig, context: Context, config: dict, params: dict, 
                         server_round, f"{decl.name} client state ({', '.join(decl.payload.state) or 'undeclared'})")
     model = _model(cfg, data, device, params)
     job = TrainJob(cfg=cfg, cid=cid, server_round=server_round, model=model,
-                   global_params={k: v.detach().clone() for k, v in POOL.state_items(model)},
+                   global_params=_frozen_global(params, POOL.state_items(model)),
                    data=data, config=config, records=records, state=state, device=device,
                    generator=_generator(cfg, server_round, cid, phase), phase=phase)
     reply = resolve(decl.trainer)(job).run()
@@ -189,7 +232,7 @@ def train_on_node(cfg: RunConfig, context: Context, config: dict, params: dict, 
 def evaluate_on_node(cfg: RunConfig, context: Context, params: dict) -> dict:
     """The model ``params`` on this node's local test split (num-examples: the training-set size)."""
     device = pick_device(cfg)
-    cid, data = load_client_data(cfg, dict(context.node_config), device)
+    cid, data = load_client_data(cfg, context.node_config, device)
     if int(data.y_test.shape[0]) == 0:
         raise ClientSetupError(f"client {cid} has no local test split (run-config local-test-fraction = "
                                f"{cfg.local_test_fraction}): federated evaluation needs local-test-fraction > 0")

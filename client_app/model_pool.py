@@ -103,10 +103,10 @@ class _Instance:
         return list(map(sys.getrefcount, self.owned))
 
     def unchanged(self) -> bool:
-        mods = list(self.model.modules())
-        return (len(mods) == len(self.modules) and all(map(operator.is_, mods, self.modules))
-                and list(map(_REQUIRES_GRAD, self.params)) == self.flags
-                and all(s.same(m) for s, m in zip(self.snapshots, mods)))
+        """Nothing but tensor values changed. Every module of the tree as built still has the same children
+        (``_modules`` compared by identity in its snapshot), so the tree is the one built: no walk needed."""
+        return (list(map(_REQUIRES_GRAD, self.params)) == self.flags
+                and all(map(_ModuleSnapshot.same, self.snapshots, self.modules)))
 
     def reset(self) -> None:
         for m in self.modules:

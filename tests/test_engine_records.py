@@ -94,7 +94,8 @@ def test_a_reused_model_behaves_exactly_like_a_new_one(setup):
 
 
 @pytest.mark.parametrize("change", ["flag", "kept", "submodule kept", "hook", "new attribute", "changed attribute",
-                                    "replaced module", "replaced parameter", "plain tensor modified"])
+                                    "replaced module", "replaced parameter", "plain tensor modified",
+                                    "nested module added"])
 def test_a_model_that_changed_or_is_still_referenced_is_not_reused(setup, change):
     cfg, params, pool, build = setup
     model = _get(pool, build, params)
@@ -117,6 +118,8 @@ def test_a_model_that_changed_or_is_still_referenced_is_not_reused(setup, change
         model.head.bias = torch.nn.Parameter(torch.zeros(10))
     elif change == "plain tensor modified":
         model.__dict__["scratch"] = torch.zeros(2)
+    elif change == "nested module added":  # deep in the tree: only that module's children changed
+        next(m for m in model.backbone.modules() if not list(m.children())).add_module("extra", torch.nn.ReLU())
     assert not pool.give_back(model)
     del model, keep
     fresh = _get(pool, build, params)

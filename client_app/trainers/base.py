@@ -28,9 +28,9 @@ from flcore.records import model_params
 from models.base import FLModel
 
 
-@dataclass
+@dataclass(frozen=True)
 class ClientData:
-    """One client's data, already on the training device."""
+    """One client's data, already on the training device (shared by a node's messages: read-only)."""
 
     x_train: torch.Tensor
     y_train: torch.Tensor
