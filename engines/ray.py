@@ -116,13 +116,17 @@ def run_ray(values: Mapping[str, Any], num_nodes: int, cpus_per_client: float = 
     session = RaySession(str(values.get("out-dir", ""))) if ray_address is None else None
     signals = StopSignals(on_timeout=session.terminate if session else lambda: None)
     server = ServerApp()
+    failed: list[Exception] = []
 
     @server.main()
     def _main(grid: Grid, context: Context) -> None:
         # run_simulation gives the ServerApp an empty run config: call the real ServerApp with the real one
-        server_app(StoppableGrid(grid, signals.event),
-                   Context(run_id=context.run_id, node_id=context.node_id, node_config=context.node_config,
-                           state=context.state, run_config=dict(values)))
+        try:
+            server_app(StoppableGrid(grid, signals.event),
+                       Context(run_id=context.run_id, node_id=context.node_id, node_config=context.node_config,
+                               state=context.state, run_config=dict(values)))
+        except Exception as exc:  # raised below once Flower has stopped: when its ServerApp thread raises,
+            failed.append(exc)  # Flower's run_simulation waits 3 s for a Context that never comes (measured)
 
     init_args: dict[str, Any] = {"include_dashboard": False, "logging_level": logging.ERROR,
                                  "log_to_driver": not quiet}
@@ -141,6 +145,8 @@ def run_ray(values: Mapping[str, Any], num_nodes: int, cpus_per_client: float = 
             run_simulation(server_app=server, client_app=app, num_supernodes=num_nodes,
                            backend_config=backend_config(cpus_per_client, gpus_per_client, init_args),
                            verbose_logging=False)
+            if failed:
+                raise failed[0]
         except Exception as exc:
             if signals.signum is None:
                 raise
