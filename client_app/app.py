@@ -20,6 +20,7 @@ from __future__ import annotations
 import functools
 import logging
 import operator
+from collections.abc import Mapping
 
 import numpy as np
 import torch
@@ -32,7 +33,7 @@ from client_app.trainers.base import ClientData, TrainJob, TrainReply
 from client_app.training import evaluate as evaluate_model
 from data_partitioning.federated import ClientArrays, client_arrays, node_arrays
 from flcore.config import ConfigError, RunConfig
-from flcore.records import config_to_record, metric_record, params_to_record, record_dict, record_to_params
+from flcore.records import config_to_record, metric_record, params_to_record, record_dict, record_views
 from flcore.registry import get_method, resolve
 from flcore.state_binding import ENTRIES_METRIC, RECORD as STATE_RECORD, StateBinding
 from models import build_model
@@ -183,16 +184,33 @@ def _model(cfg: RunConfig, data: ClientData, device: torch.device, params: dict)
     return model
 
 
-def _frozen_global(params: dict, slots: list[tuple[str, torch.Tensor]]) -> dict[str, torch.Tensor]:
-    """The received global state as tensors like the model's (device, dtype), detached: what a clone of the
-    freshly loaded model's state dict holds (``load_state_dict`` copied ``params`` in with the same casts),
-    without the copy where ``params``' own array already is one (CPU, same dtype; the arrays were decoded
-    for this message alone and are only read)."""
-    out = {}
-    for k, t in slots:
-        a = np.asarray(params[k])
-        out[k] = torch.from_numpy(a if a.flags.writeable else a.copy()).to(device=t.device, dtype=t.dtype)
-    return out
+class FrozenGlobal(Mapping):
+    """The received global state as detached tensors like the model's (device, dtype): what a clone of the
+    freshly loaded model's state dict holds (``load_state_dict`` copied ``params`` in with the same casts).
+    Each tensor is made on first access, so a trainer that never reads the global state (FedAvg) costs no
+    copies; ``params`` are the message's arrays, only read."""
+
+    def __init__(self, params: Mapping[str, np.ndarray], slots: list[tuple[str, torch.Tensor]]) -> None:
+        self._params, self._like = params, dict(slots)
+        self._made: dict[str, torch.Tensor] = {}
+
+    def __getitem__(self, key: str) -> torch.Tensor:
+        t = self._made.get(key)
+        if t is None:
+            like = self._like[key]
+            a = np.asarray(self._params[key])
+            t = self._made[key] = torch.from_numpy(a if a.flags.writeable else a.copy()).to(
+                device=like.device, dtype=like.dtype)
+        return t
+
+    def __iter__(self):  # noqa: ANN204 - the model's state-dict order
+        return iter(self._like)
+
+    def __contains__(self, key: object) -> bool:
+        return key in self._like
+
+    def __len__(self) -> int:
+        return len(self._like)
 
 
 def node_info(cfg: RunConfig, context: Context) -> dict:
@@ -217,7 +235,7 @@ def train_on_node(cfg: RunConfig, context: Context, config: dict, params: dict, 
                         server_round, f"{decl.name} client state ({', '.join(decl.payload.state) or 'undeclared'})")
     model = _model(cfg, data, device, params)
     job = TrainJob(cfg=cfg, cid=cid, server_round=server_round, model=model,
-                   global_params=_frozen_global(params, POOL.state_items(model)),
+                   global_params=FrozenGlobal(params, POOL.state_items(model)),
                    data=data, config=config, records=records, state=state, device=device,
                    generator=_generator(cfg, server_round, cid, phase), phase=phase)
     reply = resolve(decl.trainer)(job).run()
@@ -261,7 +279,7 @@ def query(msg: Message, context: Context) -> Message:
 def _train(msg: Message, context: Context) -> Message:
     records = {k: v for k, v in msg.content.items() if k not in ("arrays", "config", "run_config")}
     reply = train_on_node(_config(msg, context), context, dict(_record(msg, "config")),
-                          record_to_params(_record(msg, "arrays")), records, msg.metadata.message_type)
+                          record_views(_record(msg, "arrays")), records, msg.metadata.message_type)
     content = {"arrays": params_to_record(reply.params), "metrics": metric_record(reply.metrics)}
     if any(key in content for key in reply.records):  # a method record replaces a base one: RecordDict's own way
         out = record_dict(content)
@@ -288,5 +306,5 @@ def train_posterior(msg: Message, context: Context) -> Message:
 
 @app.evaluate()
 def evaluate(msg: Message, context: Context) -> Message:
-    metrics = evaluate_on_node(_config(msg, context), context, record_to_params(_record(msg, "arrays")))
+    metrics = evaluate_on_node(_config(msg, context), context, record_views(_record(msg, "arrays")))
     return Message(record_dict({"metrics": metric_record(metrics)}), reply_to=msg)

@@ -164,11 +164,13 @@ class ModelPool:
         if inst is None or inst.custom_load or len(params) != len(inst.slots) or any(
                 name != slot[0] or tuple(np.shape(v)) != tuple(slot[1].shape)
                 for (name, v), slot in zip(params.items(), inst.slots)):
-            model.load_state_dict({k: torch.from_numpy(np.asarray(v)) for k, v in params.items()}, strict=True)
+            model.load_state_dict({k: _torch_array(v) for k, v in params.items()}, strict=True)
             return
         with torch.no_grad():
             for (_, value), (_, tensor) in zip(params.items(), inst.slots):
-                tensor.copy_(torch.from_numpy(np.asarray(value)))
+                a = np.asarray(value)
+                if a.flags.writeable or not _copy_on_cpu(tensor, a):
+                    tensor.copy_(_torch_array(a))
 
     def state_items(self, model: nn.Module) -> list[tuple[str, torch.Tensor]]:
         """``model.state_dict(keep_vars=True).items()`` (kept for a pooled model: no module walk)."""
@@ -195,6 +197,28 @@ class ModelPool:
         inst.reset()
         entry.free.append(inst)
         return True
+
+
+def _torch_array(value: Any) -> torch.Tensor:
+    """A CPU tensor with ``value``'s values, sharing its memory when it is writable (torch does not take
+    read-only arrays, e.g. views of a message's bytes: those are copied)."""
+    a = np.asarray(value)
+    return torch.from_numpy(a if a.flags.writeable else a.copy())
+
+
+def _copy_on_cpu(tensor: torch.Tensor, a: np.ndarray) -> bool:
+    """``tensor.copy_(a)`` done by numpy where that is the same copy (a CPU tensor of ``a``'s dtype and
+    shape): a read-only ``a`` needs no intermediate copy then. False where it does not apply."""
+    if tensor.device.type != "cpu" or tensor.shape != a.shape:
+        return False
+    try:
+        dst = tensor.detach().numpy()
+    except (TypeError, RuntimeError):  # a dtype numpy has not (bfloat16, ...)
+        return False
+    if dst.dtype != a.dtype:
+        return False
+    np.copyto(dst, a)
+    return True
 
 
 POOL = ModelPool()

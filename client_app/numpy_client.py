@@ -92,7 +92,8 @@ class MethodNumPyClient(NumPyClient):
         if reply.records:
             raise ClientSetupError(f"{cfg.method}'s trainer returned records {sorted(reply.records)}, which "
                                    "a NumPyClient cannot send")
-        return list(reply.params.values()), int(reply.metrics["num-examples"]), dict(reply.metrics)
+        # arrays of their own: a trainer's reply may view the model's memory, which the next message reuses
+        return [np.array(v) for v in reply.params.values()], int(reply.metrics["num-examples"]), dict(reply.metrics)
 
     def evaluate(self, parameters: list[np.ndarray], config: Config) -> tuple[float, int, Config]:
         """(loss, test-set size, the evaluate metrics of docs/PROTOCOL.md)."""

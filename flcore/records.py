@@ -51,8 +51,9 @@ def _encode(a: np.ndarray) -> Array:
     return arr
 
 
-def _decode(arr: Array) -> np.ndarray:
-    """np.load of an Array's .npy bytes (a new, writable array)."""
+def _decode(arr: Array, copy: bool = True) -> np.ndarray:
+    """np.load of an Array's .npy bytes (a new, writable array); ``copy=False``: the same values as a read-only
+    view of the Array's bytes (no copy; where the bytes are not plain .npy, np.load's array)."""
     data = arr.data
     if arr.stype != _NPY or len(data) < 12 or data[:6] != b"\x93NUMPY":
         return arr.numpy()
@@ -81,8 +82,8 @@ def _decode(arr: Array) -> np.ndarray:
         return arr.numpy()  # np.load names the problem
     if count == 0:
         return np.empty(shape, dtype=dtype, order="F" if fortran else "C")
-    out = np.frombuffer(data, dtype=dtype, count=count, offset=start).copy()
-    return out.reshape(shape, order="F" if fortran else "C")
+    out = np.frombuffer(data, dtype=dtype, count=count, offset=start)
+    return (out.copy() if copy else out).reshape(shape, order="F" if fortran else "C")
 
 
 def params_to_record(params: Mapping[str, np.ndarray]) -> ArrayRecord:
@@ -101,8 +102,21 @@ def record_to_params(record: ArrayRecord) -> "OrderedDict[str, np.ndarray]":
     return OrderedDict((k, _decode(v)) for k, v in record.items())
 
 
+def record_views(record: ArrayRecord) -> "OrderedDict[str, np.ndarray]":
+    """:func:`record_to_params` without the copies: read-only arrays viewing the record's bytes (they keep the
+    bytes alive). For code that only reads the values - loads them into a model, aggregates them - and so
+    needs no array of its own: a model's bytes are copied once fewer per message."""
+    return OrderedDict((k, _decode(v, copy=False)) for k, v in record.items())
+
+
 def model_params(model: torch.nn.Module) -> "OrderedDict[str, np.ndarray]":
     return OrderedDict((k, v.detach().cpu().numpy().copy()) for k, v in model.state_dict().items())
+
+
+def model_views(model: torch.nn.Module) -> "OrderedDict[str, np.ndarray]":
+    """:func:`model_params` without the copies on the CPU: arrays sharing the model's memory, valid until the
+    model changes. For values encoded into a record at once (which copies them anyway)."""
+    return OrderedDict((k, v.detach().cpu().numpy()) for k, v in model.state_dict().items())
 
 
 def load_params(model: torch.nn.Module, params: Mapping[str, np.ndarray]) -> None:

@@ -18,7 +18,7 @@ from flwr.app import ArrayRecord, Message, RecordDict
 from flwr.serverapp import Grid
 
 from flcore.protocol import CLIENT_STATE
-from flcore.records import config_to_record, params_to_record, record_dict, record_to_params
+from flcore.records import config_to_record, params_to_record, record_dict, record_views
 from strategies.client_registry import RoundFailed
 from strategies.aggregation import deltas, flat_norm
 from strategies.exchange import Failure, exchange
@@ -113,7 +113,7 @@ class RoundDriver:
         for cid in sorted(replies):
             content = replies[cid].content
             try:
-                params = record_to_params(content["arrays"])
+                params = record_views(content["arrays"])  # read-only views of the reply's bytes: aggregation reads them
                 metrics = dict(content["metrics"])
                 num = int(metrics["num-examples"])
             except Exception as exc:  # noqa: BLE001 - anything malformed is a rejected update

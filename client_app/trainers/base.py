@@ -24,7 +24,7 @@ from client_app.state import ClientState
 from client_app.training import (LossTerm, OptimConfig, TrainStats, default_forward, evaluate,
                                  local_train)
 from flcore.config import RunConfig
-from flcore.records import model_params
+from flcore.records import model_views
 from models.base import FLModel
 
 
@@ -52,7 +52,7 @@ class TrainJob:
     cid: int
     server_round: int
     model: FLModel                              # loaded with the global weights, on `device`
-    global_params: dict[str, torch.Tensor]     # frozen copy of the received global state dict
+    global_params: Mapping[str, torch.Tensor]  # the received global state dict as tensors (read-only)
     data: ClientData
     config: dict[str, Any]                      # this client's ConfigRecord from the server
     records: dict[str, ArrayRecord | ConfigRecord]  # extra records in the message (method extras)
@@ -108,7 +108,9 @@ class Trainer:
         return {}
 
     def reply_params(self) -> dict[str, np.ndarray]:
-        return dict(model_params(self.job.model))
+        """The parameters sent back. The base returns views of the trained model's memory (no copy: the
+        ClientApp encodes them into the reply before the model is used again)."""
+        return dict(model_views(self.job.model))
 
     # --- the fixed sequence ----------------------------------------------------------------------
     def run(self) -> TrainReply:
