@@ -11,7 +11,8 @@ comes from the fault-injecting ClientApps of tests/fault_apps.py, put in place o
 - ``flwr run .`` (scripts/run_local.sh) with the crashing client: the run stops with WorkerLost, exit 1;
 - the worker pool of the in-process engine with the same crashing client;
 - SIGTERM in the middle of a run: exit 143 and none of the run's Ray processes left;
-- SIGKILL: Ray processes are left, and the next ``noniid-fl run --engine ray`` reports them.
+- SIGKILL: Ray processes are left, and the next ``noniid-fl run --engine ray`` reports them (that next run is
+  the one whose every client crashes: one Ray start-up serves both tests, through module-scoped fixtures).
 """
 
 from __future__ import annotations
@@ -350,17 +351,71 @@ def test_a_crashed_ray_worker_is_replaced_and_only_its_client_fails_that_round(t
     _assert_nothing_left(token)  # a normal exit stops every Ray process of the run
 
 
-@pytest.mark.slow
-def test_a_round_that_cannot_complete_exits_1(tmp_path):
-    out = tmp_path / "allcrash"
-    run = _Run(tmp_path, "tests.fault_apps:exit_every_train", 2,
+@pytest.fixture(scope="module")
+def sigkilled(tmp_path_factory):
+    """A run SIGKILLed after its first round, and what it left: its processes (tagged with its token).
+
+    What Ray itself leaves behind a killed driver varies (measured: its dashboard and runtime-env agents for 0
+    to 2 minutes), so each actor of this run also starts a process that stays (tests.fault_apps:linger).
+    Module-scoped: the run of :func:`unfinishable` is the next start that must report these processes (one Ray
+    start-up less than a run of its own). Whatever the tests did not end is ended at the module's end."""
+    tmp = tmp_path_factory.mktemp("sigkill")
+    run = _Run(tmp, "tests.fault_apps:linger", 3, f"{JOB} num-server-rounds=500 out-dir='{tmp / 'killed'}'")
+    token = run.token()
+    try:
+        run.wait_for("[round 1/500]", timeout=300)
+    finally:
+        run.proc.kill()
+        run.finish()
+    try:
+        yield {"run": run, "token": token, "left": tagged_processes(token), "out": tmp / "killed"}
+    finally:  # Ray's orphaned agents ignore SIGTERM (measured): a short grace before SIGKILL
+        end_processes(list(tagged_processes(token)), grace_s=0.5)
+        report_leftovers(io.StringIO())
+
+
+@pytest.fixture(scope="module")
+def unfinishable(tmp_path_factory, sigkilled):
+    """``noniid-fl run --engine ray`` in which every client's worker dies on every train message (started after
+    the :func:`sigkilled` run, whose processes are still there): (run, exit code, session token, out-dir)."""
+    tmp = tmp_path_factory.mktemp("allcrash")
+    out = tmp / "allcrash"
+    run = _Run(tmp, "tests.fault_apps:exit_every_train", 2,
                f"{JOB} num-server-rounds=2 round-retries=0 out-dir='{out}'")
     token = run.token()
-    assert run.finish() == 1, run.text[-4000:]
+    return run, run.finish(), token, out
+
+
+@pytest.mark.slow
+def test_a_round_that_cannot_complete_exits_1(unfinishable):
+    run, rc, token, out = unfinishable
+    assert rc == 1, run.text[-4000:]
     last = run.text.strip().splitlines()[-2]
     assert last.startswith("noniid-fl: run failed") and "RoundFailed" in last and "min-train-replies=1" in last
     log = (out / "run.log").read_text()
     assert log.count("the Ray worker process running this client died") >= 2  # both clients, round 1
+    _assert_nothing_left(token)
+
+
+@pytest.mark.slow
+def test_ray_processes_left_by_a_sigkilled_run_are_reported_at_the_next_start(sigkilled, unfinishable):
+    """The next start is the run of :func:`unfinishable` (``noniid-fl run --engine ray``; the report comes
+    from its session's start, before Ray starts, whatever the run then does)."""
+    killed, token, left = sigkilled["run"], sigkilled["token"], sigkilled["left"]
+    nxt = unfinishable[0]
+    try:
+        sleepers = {pid for pid, cmd in left.items() if cmd == "sleep 600"}
+        assert sleepers, left  # one per actor that trained: they outlive the driver
+        m = re.search(rf"an earlier Ray run did not stop its processes \(its driver, pid {killed.proc.pid}, started "
+                      rf"[-\d: ]+, is gone - killed\?; out-dir {re.escape(str(sigkilled['out']))}\):\n(.*?)\n"
+                      r"  they are yours and that run's only; stop them with: kill ([\d ]+)\n", nxt.text, re.S)
+        assert m, nxt.text[:3000]
+        listed = {int(p) for p in m.group(2).split()}
+        assert sleepers <= listed <= set(left)  # only that run's processes (Ray's own may have ended meanwhile)
+        assert all(f"pid {p}" in m.group(1) for p in listed)
+    finally:  # Ray's orphaned dashboard and runtime-env agents ignore SIGTERM: SIGKILL after 0.5 s, not 3 s
+        end_processes(list(tagged_processes(token)), grace_s=0.5)
+    report_leftovers(io.StringIO())  # nothing left now: the record goes
     _assert_nothing_left(token)
 
 
@@ -380,34 +435,6 @@ def test_sigterm_stops_the_run_and_every_ray_process_it_started(tmp_path):
     _assert_nothing_left(token)
     rounds = json.loads((out / "results.json").read_text())["rounds"]
     assert 1 <= len(rounds) < 500 and took < 60
-
-
-@pytest.mark.slow
-def test_ray_processes_left_by_a_sigkilled_run_are_reported_at_the_next_start(tmp_path):
-    """What Ray itself leaves behind a killed driver varies (measured: its dashboard and runtime-env agents for 0
-    to 2 minutes), so each actor of this run also starts a process that stays (tests.fault_apps:linger)."""
-    run = _Run(tmp_path, "tests.fault_apps:linger", 3, f"{JOB} num-server-rounds=500 out-dir='{tmp_path / 'killed'}'")
-    token = run.token()
-    run.wait_for("[round 1/500]", timeout=300)
-    run.proc.kill()
-    run.finish()
-    left = tagged_processes(token)
-    try:
-        sleepers = {pid for pid, cmd in left.items() if cmd == "sleep 600"}
-        assert sleepers, left  # one per actor that trained: they outlive the driver
-        nxt = _Run(tmp_path, "client_app.app:app", 2, f"{JOB} num-server-rounds=1 out-dir='{tmp_path / 'next'}'")
-        assert nxt.finish() == 0, nxt.text[-4000:]
-        m = re.search(rf"an earlier Ray run did not stop its processes \(its driver, pid {run.proc.pid}, started "
-                      rf"[-\d: ]+, is gone - killed\?; out-dir {re.escape(str(tmp_path / 'killed'))}\):\n(.*?)\n"
-                      r"  they are yours and that run's only; stop them with: kill ([\d ]+)\n", nxt.text, re.S)
-        assert m, nxt.text[:3000]
-        listed = {int(p) for p in m.group(2).split()}
-        assert sleepers <= listed <= set(left)  # only that run's processes (Ray's own may have ended meanwhile)
-        assert all(f"pid {p}" in m.group(1) for p in listed)
-    finally:
-        end_processes(list(tagged_processes(token)))
-    report_leftovers(io.StringIO())  # nothing left now: the record goes
-    _assert_nothing_left(token)
 
 
 @pytest.mark.slow
