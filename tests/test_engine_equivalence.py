@@ -4,6 +4,8 @@ clients sampled per round, so state must follow each client across rounds and wo
 
 from __future__ import annotations
 
+import json
+
 import pytest
 import torch
 
@@ -24,6 +26,12 @@ def _run(tmp_path, name: str, **kwargs) -> tuple[dict, dict]:
     return doc, final
 
 
+@pytest.fixture(scope="module")
+def sequential(tmp_path_factory) -> tuple[dict, dict]:
+    """The reference: the in-process engine, sequentially (one run for every comparison of this module)."""
+    return _run(tmp_path_factory.mktemp("reference"), "seq", engine="inprocess", workers=1)
+
+
 def _same(a: tuple[dict, dict], b: tuple[dict, dict]) -> None:
     (doc_a, final_a), (doc_b, final_b) = a, b
     assert list(final_a) == list(final_b)
@@ -36,8 +44,8 @@ def _same(a: tuple[dict, dict], b: tuple[dict, dict]) -> None:
         assert not ra["failures"] and not rb["failures"]
 
 
-def test_sequential_and_worker_pools_give_identical_numbers(tmp_path):
-    seq = _run(tmp_path, "seq", engine="inprocess", workers=1)
+def test_sequential_and_worker_pools_give_identical_numbers(tmp_path, sequential):
+    seq = sequential
     doc = seq[0]
     assert doc["run_config"]["engine"] == "inprocess" and doc["run_config"]["engine-workers"] == 1
     # the job really exercises per-client state: each round samples 3 of 6 clients, SCAFFOLD's c grows
@@ -52,19 +60,30 @@ def test_sequential_and_worker_pools_give_identical_numbers(tmp_path):
 
 
 @pytest.mark.slow
-def test_ray_engine_gives_the_same_numbers_as_the_inprocess_engine(tmp_path):
-    """Also the suite's SCAFFOLD-in-Flower's-simulation check (it was a Ray run of its own): on Ray, client
-    state (c_i in context.state) follows each client across rounds although only half of them train in a
-    round, and SCAFFOLD's protocol holds (c out with every model, delta c_i back with every update)."""
-    ray = _run(tmp_path, "ray", engine="ray")
-    doc = ray[0]
-    assert doc["run_config"]["engine"] == "ray"
-    assert [r["num_updates"] for r in doc["rounds"]] == [3, 3, 3] and len({tuple(r["sampled"]) for r in doc["rounds"]}) > 1
-    assert all(r["strategy"]["scaffold-c-norm"] > 0 for r in doc["rounds"])
-    assert doc["rounds"][-1]["global_accuracy"] > 0.5
+def test_ray_engine_gives_the_same_numbers_as_the_inprocess_engine(tmp_path, sequential):
+    """Also the suite's SCAFFOLD-in-Flower's-simulation check and its check of the files and federated evaluation
+    of a run on Ray (each was a Ray run of its own; the latter, `noniid-fl run --engine ray` in
+    tests/test_simulation.py: the command line's Ray path is run by tests/test_reliability_ray.py, to exit codes
+    0, 1 and 143): on Ray, client state (c_i in context.state) follows each client across rounds although only
+    half of them train in a round, and SCAFFOLD's protocol holds (c out with every model, delta c_i back with
+    every update)."""
+    out = tmp_path / "ray"
+    # checkpoint on here only: it writes checkpoint.pt and changes no number
+    doc = run_local({**JOB, "checkpoint": True, "out-dir": str(out)}, NODES, engine="ray")
+    for name in ("results.json", "metrics.csv", "accuracy.png", "final_model.pt", "checkpoint.pt"):
+        assert (out / name).exists(), name
+    assert json.loads((out / "results.json").read_text()) == doc
+    assert doc["run_config"]["engine"] == "ray" and doc["run_config"]["method"] == "scaffold"
+    rounds = doc["rounds"]
+    assert [r["num_updates"] for r in rounds] == [3, 3, 3] and len({tuple(r["sampled"]) for r in rounds}) > 1
+    assert all(r["strategy"]["scaffold-c-norm"] > 0 for r in rounds)
+    assert doc["final"]["global_accuracy"] > 0.5 and rounds[-1]["global_loss"] < rounds[0]["global_loss"]
     # both directions carry two models' worth (all parameters are trainable here): the byte counts match
-    assert all(r["bytes_sent"] == r["bytes_received"] > 0 for r in doc["rounds"])
-    _same(_run(tmp_path, "seq", engine="inprocess", workers=1), ray)
+    assert all(r["bytes_sent"] == r["bytes_received"] > 0 for r in rounds)
+    for r in rounds:  # federated evaluation on Ray: every client's local test split
+        assert 0 <= r["local_accuracy_worst"] <= r["local_accuracy"] <= r["local_accuracy_best"] <= 1
+        assert r["min_data_client_accuracy"] is not None and len(r["per_client"]) == NODES
+    _same(sequential, (doc, torch.load(out / "final_model.pt")))
 
 
 def test_a_run_resumed_on_another_engine_ends_where_an_uninterrupted_one_does(tmp_path):
