@@ -209,7 +209,7 @@ def test_leftovers_of_a_dead_driver_are_reported_until_they_are_gone(registry, t
         assert [x.processes for x in left] == [{sleeper.pid: "sleep 120"}]
         text = out.getvalue()
         assert "an earlier Ray run did not stop its processes" in text and "out-dir /runs/x" in text
-        assert f"pid {sleeper.pid}" in text and text.strip().endswith(f"stop them with: kill {sleeper.pid}")
+        assert f"pid {sleeper.pid}" in text and text.strip().endswith(f"stop them with: kill -KILL {sleeper.pid}")
         assert dead.exists() and live.exists() and temp.exists()  # reported again next time
     finally:
         sleeper.kill()
@@ -408,7 +408,7 @@ def test_ray_processes_left_by_a_sigkilled_run_are_reported_at_the_next_start(si
         assert sleepers, left  # one per actor that trained: they outlive the driver
         m = re.search(rf"an earlier Ray run did not stop its processes \(its driver, pid {killed.proc.pid}, started "
                       rf"[-\d: ]+, is gone - killed\?; out-dir {re.escape(str(sigkilled['out']))}\):\n(.*?)\n"
-                      r"  they are yours and that run's only; stop them with: kill ([\d ]+)\n", nxt.text, re.S)
+                      r"  they are yours and that run's only; stop them with: kill -KILL ([\d ]+)\n", nxt.text, re.S)
         assert m, nxt.text[:3000]
         listed = {int(p) for p in m.group(2).split()}
         assert sleepers <= listed <= set(left)  # only that run's processes (Ray's own may have ended meanwhile)
