@@ -440,17 +440,21 @@ def test_sigterm_stops_the_run_and_every_ray_process_it_started(tmp_path):
 @pytest.mark.slow
 def test_flwr_run_stops_with_worker_lost_when_a_worker_dies(tmp_path):
     """`flwr run .` cannot be told to restart actors: the run stops at the first dead worker and
-    scripts/run_local.sh exits 1 (a copy of the app whose ClientApp is the crashing one)."""
-    app = tmp_path / "app"
-    for pkg in ("cli", "client_app", "server_app", "strategies", "flcore", "models", "data_partitioning", "engines"):
-        shutil.copytree(ROOT / pkg, app / pkg, ignore=shutil.ignore_patterns("__pycache__"))
+    scripts/run_local.sh exits 1 (a checkout of its own: the app's code, with the crashing ClientApp put in the
+    client_app package, and the files run_local.sh uses; deploy.localfed.snapshot_app copies the code)."""
+    from deploy.localfed import snapshot_app
+
+    app = snapshot_app(tmp_path / "app")  # pyproject.toml (without fab-exclude) and the packages it declares
+    shutil.copy(ROOT / "tests" / "fault_apps.py", app / "client_app" / "fault_apps.py")
     (app / "scripts").mkdir()
     shutil.copy(ROOT / "scripts" / "run_local.sh", app / "scripts")
-    shutil.copy(ROOT / "tests" / "fault_apps.py", app / "fault_apps.py")
-    toml = (ROOT / "pyproject.toml").read_text()
-    toml = re.sub(r"fab-exclude = \[[^\]]*\]\n", "", toml)  # its patterns would match nothing here
-    toml = toml.replace('clientapp = "client_app.app:app"', 'clientapp = "fault_apps:exit_in_round_2"')
-    (app / "pyproject.toml").write_text(toml)
+    (app / "deploy").mkdir()  # run_local.sh may snapshot its checkout with it
+    for name in ("__init__.py", "localfed.py", "connection.py"):
+        shutil.copy(ROOT / "deploy" / name, app / "deploy" / name)
+    toml = (app / "pyproject.toml").read_text()
+    assert 'clientapp = "client_app.app:app"' in toml
+    (app / "pyproject.toml").write_text(toml.replace('clientapp = "client_app.app:app"',
+                                                     'clientapp = "client_app.fault_apps:exit_in_round_2"'))
     out = tmp_path / "flwr-out"
     env = {**_env(), "PYTHONPATH": str(app), "FLWR_HOME": str(tmp_path / "flwr")}
     proc = subprocess.run(["bash", str(app / "scripts" / "run_local.sh"), "4",
