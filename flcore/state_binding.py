@@ -21,6 +21,7 @@ new, or refuse (a resume without the client state, a node restarted without its 
 
 from __future__ import annotations
 
+import operator
 import re
 from dataclasses import dataclass
 from typing import Any, Mapping
@@ -29,6 +30,17 @@ from flwr.app import ConfigRecord
 
 from flcore.protocol import CLIENT_STATE as RECORD, CLIENT_STATE_KEYS as KEYS, STATE_ENTRIES as ENTRIES_METRIC
 TOKEN = re.compile(r"^[0-9a-z][0-9a-z-]{0,63}$")  # tokens become directory and file names
+
+
+_LAST: dict[type, tuple[tuple, "StateBinding"]] = {}  # the last record's values (kept alive) and its binding
+
+
+def _same_objects(values: tuple, kept: tuple) -> bool:
+    """The scalars, and the items of the two lists, are the very objects of ``kept`` (a copied record shares
+    them; its lists are new)."""
+    return (values[0] is kept[0] and values[3] is kept[3] and values[4] is kept[4]
+            and len(values[1]) == len(kept[1]) and all(map(operator.is_, values[1], kept[1]))
+            and len(values[2]) == len(kept[2]) and all(map(operator.is_, values[2], kept[2])))
 
 
 class BindingError(ValueError):
@@ -81,9 +93,15 @@ class StateBinding:
         if missing:
             raise BindingError(f"'{RECORD}' record lacks {', '.join(missing)} (docs/PROTOCOL.md)")
         try:
-            return cls(str(record["run"]), tuple(str(a) for a in record["attempts"]),
-                       tuple(int(s) for s in record["starts"]), int(record["checkpoint-round"]),
-                       int(record["state-round"]))
+            values = (record["run"], record["attempts"], record["starts"], record["checkpoint-round"],
+                      record["state-round"])
+            last = _LAST.get(cls)
+            if last is not None and _same_objects(values, last[0]):
+                return last[1]  # the very objects checked last time (every message of a round carries them)
+            binding = cls(str(values[0]), tuple(str(a) for a in values[1]), tuple(int(s) for s in values[2]),
+                          int(values[3]), int(values[4]))
+            _LAST[cls] = ((values[0], list(values[1]), list(values[2]), values[3], values[4]), binding)
+            return binding
         except (TypeError, ValueError) as exc:
             if isinstance(exc, BindingError):
                 raise
