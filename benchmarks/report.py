@@ -79,7 +79,8 @@ def render(results: Results | None = None, doc_dir: Path = DOC.parent) -> str:
     lines += section_scale(scale, engine, before, sample)
     lines += section_deployment(r.text("deployment"), r.text("deployment_profile"), r.text("deployment_polls"), doc_dir)
     lines += blocks("gpu").lines("gpu") + blocks("fixes").lines("fixes")
-    lines += section_engine(ov, ovs, pfl, startup, r.json("scale_engine"), r.json("engine_profile"))
+    lines += section_engine(ov, ovs, pfl, startup, r.json("scale_engine"), r.json("engine_profile"),
+                            r.json("instructions"))
     return "\n".join(lines).rstrip() + "\n"
 
 

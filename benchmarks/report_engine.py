@@ -122,7 +122,7 @@ def engine_targets(ov: Doc | None, ovs: Doc | None, pfl: dict[str, Doc | None], 
 
 
 def section_engine(ov: Doc | None, ovs: Doc | None, pfl: dict[str, Doc | None], startup: Doc | None,
-                   scale: Doc | None, profile: Doc | None) -> list[str]:
+                   scale: Doc | None, profile: Doc | None, instructions: Doc | None = None) -> list[str]:
     out = T.lines("intro") + T.table("targets", engine_targets(ov, ovs, pfl, startup, scale)[0])
     for key, p in pfl.items():
         if p is None:
@@ -139,7 +139,18 @@ def section_engine(ov: Doc | None, ovs: Doc | None, pfl: dict[str, Doc | None], 
                        machine=machine_line(startup), repeats=startup["args"]["repeats"])
     if profile is not None:
         out += _profile(profile, _cfg(ov, 1), _cfg(ovs, 1))
+    if instructions is not None:
+        out += _instructions(instructions)
     return out + T.lines("gpu")
+
+
+def _instructions(doc: Doc) -> list[str]:
+    """Instructions per round, engine vs plain loop (bench_instructions: callgrind, independent of load)."""
+    a = doc["args"]
+    rows = [[f"{row['extra_per_round'] / 1e6:+.2f}", row["function"].replace("|", "/")] for row in doc["top_extra"]]
+    return T.table("instructions", rows, dataset=a["dataset"], clients=a["clients"], rounds=a["rounds"],
+                   written=doc.get("written", "?"), plain=f(doc["plain_per_round"] / 1e6, 1),
+                   engine=f(doc["inprocess_per_round"] / 1e6, 1), ratio=f(doc["ratio"], 3))
 
 
 def _profile(profile: Doc, mnist: Doc | None, digits: Doc | None) -> list[str]:

@@ -181,3 +181,17 @@ def test_report_engine_targets_use_the_best_of_the_repeats():
     assert verdicts["2 worker processes vs 1, mnist-5k (throughput)"] == "**met**"           # 5.3 / 2.9 = 1.83
     assert "1.060 wall" in rows[0][2] and "1.83x best of 3" in rows[2][2]
     assert len(lines) == 3 and all(line.startswith("- ") for line in lines)
+
+
+def test_callgrind_annotate_lines_become_per_function_counts():
+    from benchmarks.bench_instructions import parse_annotate
+
+    text = """--------------------------------------------------------------------------------
+1,766,006,436 (100.0%)  PROGRAM TOTALS
+--------------------------------------------------------------------------------
+243,406,890 (13.78%)  ???:mkl_sgemm_kernel [/x/libtorch_cpu.so]
+ 44,204,502 ( 2.50%)  /tmp/python-build.2026/Python-3.11.7/Python/ceval.c:_PyEval_EvalFrameDefault'2 [/x/libpython.so]
+  1,000,000 ( 0.05%)  /tmp/python-build.2027/Python-3.11.7/Python/ceval.c:_PyEval_EvalFrameDefault'2
+"""
+    assert parse_annotate(text) == {"???:mkl_sgemm_kernel": 243_406_890,
+                                    "ceval.c:_PyEval_EvalFrameDefault'2": 45_204_502}
