@@ -154,6 +154,7 @@ class LocalFederation:
     poll: float = 0.5
     node_configs: list[str] | None = None     # default: partition-id=i num-partitions=num_nodes
     register: list[int] | None = None         # with node_auth: nodes whose keys get registered (default all)
+    start_nodes: list[int] | None = None      # nodes that start() launches (default all; others: start_node)
     app_dir: Path = ROOT                      # what `flwr run` packs (see snapshot_app)
     python: str = sys.executable
     startup_timeout: float = 90.0
@@ -232,7 +233,7 @@ class LocalFederation:
             if self.node_auth:
                 for i in (range(self.num_nodes) if self.register is None else self.register):
                     self.register_node(i)
-            for i in range(self.num_nodes):
+            for i in (range(self.num_nodes) if self.start_nodes is None else self.start_nodes):
                 self.start_node(i)
             return self
         except BaseException:
@@ -282,10 +283,14 @@ class LocalFederation:
             raise FederationError(f"registering supernode-{i} failed:\n{res.stdout}\n{res.stderr}")
         return res.stdout
 
-    def start_node(self, i: int) -> Proc:
+    def start_node(self, i: int, tuned: bool | None = None) -> Proc:
+        """Start SuperNode ``i``; ``tuned`` overrides the federation's mode for this node (e.g. False for a
+        node that is only meant to be refused: a stock SuperNode does not preload torch in a SuperExec)."""
         env = self.env(self.workdir / f"node-{i}")
         env.update(SUPERLINK=self.fleet_address, RUNTIME_PORT=str(self.runtime_ports[i]),
                    NODE_CONFIG=self.node_config(i))
+        if tuned is not None:
+            env["TUNED"] = "1" if tuned else "0"
         if self.tls:
             env["CA_CERT"] = str(self.certs / "ca.crt")
         if self.secret is not None:
@@ -297,12 +302,17 @@ class LocalFederation:
         self.nodes[i] = self._spawn(f"supernode-{i}", "supernode.sh", env)
         return self.nodes[i]
 
-    def wait_connected(self, nodes: list[int] | None = None, timeout: float | None = None) -> None:
-        """Wait until the given SuperNodes logged their SuperLink-assigned node id."""
+    def wait_connected(self, nodes: list[int] | None = None, timeout: float | None = None,
+                       superexec: bool = False) -> None:
+        """Wait until the given SuperNodes logged their SuperLink-assigned node id; with ``superexec`` also
+        until their SuperExec started (TUNED: after preloading torch, seconds after the node connected; a
+        message that arrives earlier waits for it)."""
         nodes = list(self.nodes) if nodes is None else nodes
+        marks = ("SuperNode ID:", "Starting Flower SuperExec") if superexec else ("SuperNode ID:",)
         deadline = time.time() + (timeout or self.startup_timeout)
         while True:
-            missing = [i for i in nodes if "SuperNode ID:" not in self.nodes[i].log.read_text(errors="replace")]
+            logs = {i: self.nodes[i].log.read_text(errors="replace") for i in nodes}
+            missing = [i for i in nodes if not all(m in logs[i] for m in marks)]
             if not missing:
                 return
             dead = [i for i in missing if not self.nodes[i].alive()]

@@ -1,15 +1,14 @@
 """Exit codes and outputs of real runs (issue 18): `noniid-fl run` in a subprocess (in-process engine; on Ray:
-tests/test_simulation.py runs `noniid-fl run --engine ray` and checks its outputs),
-`scripts/run_local.sh` (its own SuperLink, stopped by pid) and `flwr run . local` refusing a bad config in the
-ServerApp before round 1 with the key in the streamed log."""
+tests/test_simulation.py runs `noniid-fl run --engine ray` and checks its outputs) and `scripts/run_local.sh`
+(`flwr run <app> local` on its own SuperLink, stopped by pid). `flwr run` refusing a bad config in the ServerApp
+before round 1 with the key in the streamed log: tests/test_deployment.py (the same ServerApp on the loopback
+federation, without the Ray start/stop that a simulation run pays even after the refusal)."""
 
 from __future__ import annotations
 
 import json
 import os
 import re
-import signal
-import socket
 import subprocess
 import sys
 import time
@@ -92,39 +91,3 @@ def test_run_local_sh_exit_codes_and_cleanup(tmp_path):
     assert failed.returncode == 1, failed.stdout[-3000:]
     assert "RoundFailed" in failed.stdout and "the run did not complete" in failed.stderr
     assert _gone(failed.stdout)
-
-
-def _free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
-
-
-def test_flwr_run_refuses_in_the_server_app_before_round_1(tmp_path):
-    """`flwr run .` with a config the declarations accept but the pre-flight does not (vgg11 on 8x8 digits):
-    the ServerApp refuses at its start, naming the key in the streamed log; no round runs."""
-    env = _env(tmp_path)
-    port, control = _free_port(), _free_port()
-    env.update(FLWR_LOCAL_SUPERLINK_HTTP_API_PORT=str(port), FLWR_LOCAL_CONTROL_API_PORT=str(control))
-    (tmp_path / "flwr").mkdir()
-    link = subprocess.Popen(["flower-superlink", "--insecure", "--simulation", "--isolation", "subprocess",
-                             "--control-api-address", f"127.0.0.1:{control}", "--host", "127.0.0.1", "--port",
-                             str(port), "--database", str(tmp_path / "link.db")],
-                            env=env, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, start_new_session=True)
-    try:
-        deadline = time.time() + 300
-        while time.time() < deadline:
-            with socket.socket() as s:
-                if s.connect_ex(("127.0.0.1", port)) == 0:
-                    break
-            time.sleep(0.5)
-        proc = subprocess.run(["flwr", "run", ".", "local", "--stream", "--federation-config",
-                               "num-supernodes=2 client-resources-num-cpus=1", "-c",
-                               f"{JOB} model='vgg11' out-dir='{tmp_path / 'out'}'"],
-                              cwd=ROOT, env=env, capture_output=True, text=True, timeout=600)
-    finally:
-        os.killpg(link.pid, signal.SIGTERM)
-        link.wait(timeout=60)
-    log = proc.stdout + proc.stderr
-    assert "noniid-fl: refused before round 1: run-config key 'model' got 'vgg11'" in log, log[-3000:]
-    assert "[round " not in log and not (tmp_path / "out").exists()

@@ -4,8 +4,9 @@ Fast tests: the PKI script, the flwr connection config (read back with Flower's 
 files, the poll patch of deploy/tuned.py, the start scripts' refusals, and the container/Kubernetes
 manifests. Slow tests share one federation of real processes on loopback (deploy/localfed.py ->
 deploy/*.sh; started once, see node_local_fed): a TLS SuperLink with SuperNode authentication and five
-SuperNodes; `flwr run` of FedAvg and FedUFO (named actions + client state across messages), an unregistered
-node refused, a node whose ClientApp raises recorded while the others train, and a SuperNode killed mid-run.
+SuperNodes; an unregistered node refused, a bad config refused by the ServerApp, `flwr run` of FedAvg and
+FedUFO (named actions + client state across messages), and one run in which a node whose ClientApp
+raises and a SuperNode killed mid-round are both recorded while the others train.
 Every process is stopped in a finally block (process groups), also when an assertion fails.
 """
 
@@ -275,6 +276,7 @@ def _assert_clean_rounds(doc: dict, rounds: int, clients: list[int]) -> None:
 
 COMMON = {"dataset": "digits", "partition": "dirichlet", "seed": 1}
 GOOD, UNREGISTERED, BAD = [0, 1, 2], 3, 4  # the shared federation's nodes (see node_local_fed)
+ROUND_TIMEOUT = 15.0  # the node-failure test's; live rounds here take 3-7 s at load 4-6
 
 
 @pytest.fixture(scope="module")
@@ -284,23 +286,25 @@ def node_local_fed(tmp_path_factory: pytest.TempPathFactory):
 
     - 0, 1, 2 (registered): each reads its own .npz (client-id + data-path; a local test split of 25% for the
       federated evaluation) and persists client state to its own state-dir;
-    - 3 (key never registered): refused at activation (the TLS / authentication test);
-    - 4 (key registered only by the failing-ClientApp test, which starts it then): its data-path does not
-      exist, so its ClientApp raises on every message; refused at activation until then.
+    - 3 (key never registered): refused at activation (the TLS / authentication test); started as a stock
+      SuperNode (its refusal does not depend on the mode, and it never runs a ClientApp: no SuperExec
+      preloading torch for nothing while the others start);
+    - 4 (key registered and node started only by the node-failure test): its data-path does not exist, so
+      its ClientApp raises on every message.
 
-    Order matters and is the file's: the runs, then authentication, then the failing node (stopped gracefully
-    afterwards, so the SuperLink no longer lists it), then the node kill (node 2), last. Every process is
-    stopped at the end, also after failures."""
+    Order matters and is the file's: authentication, the runs, then the node-failure test (node 4 stopped
+    gracefully, node 2 killed), last. Every process is stopped at the end, also after failures."""
     tmp = tmp_path_factory.mktemp("node-local-fed")
     write_node_files(tmp / "node-data", 3, {**COMMON, "local-test-fraction": 0.25})
     node_cfg = [f"client-id={i} data-path='{tmp / 'node-data' / f'client-{i}.npz'}' "
                 f"state-dir='{tmp / f'state-{i}'}'" for i in GOOD]
     node_cfg.append(f"client-id=0 data-path='{tmp / 'node-data' / 'client-0.npz'}'")     # 3: unregistered
     node_cfg.append(f"client-id=3 data-path='{tmp / 'node-data' / 'missing.npz'}'")      # 4: raises
-    fed = LocalFederation(tmp / "fed", 5, tls=True, node_auth=True, register=GOOD, tuned=True, node_configs=node_cfg,
-                          app_dir=snapshot_app(tmp / "app"))
+    fed = LocalFederation(tmp / "fed", 5, tls=True, node_auth=True, register=GOOD, start_nodes=GOOD, tuned=True,
+                          node_configs=node_cfg, app_dir=snapshot_app(tmp / "app"))
     try:
         fed.start()
+        fed.start_node(UNREGISTERED, tuned=False)
         fed.wait_connected(GOOD)
         yield fed, tmp
     finally:
@@ -309,14 +313,52 @@ def node_local_fed(tmp_path_factory: pytest.TempPathFactory):
 
 
 @pytest.mark.slow
-def test_deployment_runs_fedavg_and_fedufo_on_node_local_data(node_local_fed) -> None:
-    """Two rounds of FedAvg, then two of FedUFO (train.prior / train.posterior relay), via `flwr run`."""
+def test_tls_with_supernode_authentication_refuses_unregistered_node(node_local_fed) -> None:
+    """The unregistered node is refused and only the registered ones are online. That runs over this TLS +
+    authentication federation sample exactly the registered nodes is asserted by every run below."""
     fed, tmp = node_local_fed
-    avg = fed.run({**COMMON, "method": "fedavg", "num-server-rounds": 2, "out-dir": str(tmp / "avg"),
+    # the unregistered node is turned away at activation and exits (Flower exit code 305)
+    fed.nodes[UNREGISTERED].popen.wait(timeout=120)
+    log3 = fed.nodes[UNREGISTERED].log.read_text(errors="replace")
+    assert fed.nodes[UNREGISTERED].popen.returncode != 0
+    assert "Failed to activate SuperNode" in log3 and "SuperNode ID:" not in log3
+    link_log = fed.superlink.log.read_text(errors="replace")
+    assert "No SuperNode found with the given public key" in link_log
+    assert "SuperExec authentication is experimental" in link_log  # SUPEREXEC_SECRET_FILE is in use
+    listing = fed.flwr("supernode", "list", "localfed", "--format", "json")
+    nodes = json.loads(listing.stdout)["nodes"]
+    assert sorted(n["status"] for n in nodes) == ["online"] * len(GOOD), listing.stdout
+    # a plain-HTTP client cannot talk to the TLS SuperLink
+    write_connection("plain", f"127.0.0.1:{fed.port}", home=fed.home)
+    assert fed.flwr("list", "plain", timeout=120).returncode != 0
+
+
+@pytest.mark.slow
+def test_flwr_run_refuses_in_the_server_app_before_round_1(node_local_fed) -> None:
+    """`flwr run` with a config the declarations accept but the pre-flight does not (vgg11 on 8x8 digits):
+    the ServerApp refuses at its start, naming the key in the streamed log; Flower marks the run failed, no
+    round runs, no out-dir is written. (It was checked in tests/test_cli_runs.py with `flwr run . local` on
+    a simulation SuperLink of its own, which then starts and stops Ray even after the ServerApp refused:
+    ~20 s for the same ServerApp code path. `flwr run . local` end to end: run_local.sh's test there.)"""
+    fed, tmp = node_local_fed
+    res = fed.run({**COMMON, "method": "fedavg", "num-server-rounds": 2, "model": "vgg11",
+                   "out-dir": str(tmp / "refused")}, timeout=300, name="refused")
+    assert "noniid-fl: refused before round 1: run-config key 'model' got 'vgg11'" in res.output, res.output[-3000:]
+    assert res.status == "finished:failed", res.status
+    assert "[round " not in res.output and not (tmp / "refused").exists()
+
+
+@pytest.mark.slow
+def test_deployment_runs_fedavg_and_fedufo_on_node_local_data(node_local_fed) -> None:
+    """A round of FedAvg with federated evaluation, then two of FedUFO (train.prior / train.posterior relay,
+    client state across messages and rounds), via `flwr run`. (A two-round FedAvg deployment: the
+    node-failure run below.)"""
+    fed, tmp = node_local_fed
+    avg = fed.run({**COMMON, "method": "fedavg", "num-server-rounds": 1, "out-dir": str(tmp / "avg"),
                    "round-timeout": 120.0, "local-test-fraction": 0.25, "federated-eval-every": 1},
                   timeout=300, name="fedavg")
     assert avg.status == "finished:completed", avg.output[-3000:]
-    _assert_clean_rounds(avg.doc, 2, GOOD)  # the unregistered nodes took no part
+    _assert_clean_rounds(avg.doc, 1, GOOD)  # the unregistered nodes took no part
     assert avg.doc["rounds"][-1]["client_accuracy_mean"] is not None  # federated evaluation answered
     assert avg.doc["final"]["global_accuracy"] > 0.2  # 10 classes: chance is 0.1
     assert (tmp / "avg" / "checkpoint.pt").exists()
@@ -337,90 +379,65 @@ def test_deployment_runs_fedavg_and_fedufo_on_node_local_data(node_local_fed) ->
 
 
 @pytest.mark.slow
-def test_tls_with_supernode_authentication_refuses_unregistered_node(node_local_fed) -> None:
-    fed, tmp = node_local_fed
-    # the unregistered node is turned away at activation and exits (Flower exit code 305)
-    fed.nodes[UNREGISTERED].popen.wait(timeout=120)
-    log3 = fed.nodes[UNREGISTERED].log.read_text(errors="replace")
-    assert fed.nodes[UNREGISTERED].popen.returncode != 0
-    assert "Failed to activate SuperNode" in log3 and "SuperNode ID:" not in log3
-    link_log = fed.superlink.log.read_text(errors="replace")
-    assert "No SuperNode found with the given public key" in link_log
-    assert "SuperExec authentication is experimental" in link_log  # SUPEREXEC_SECRET_FILE is in use
-    listing = fed.flwr("supernode", "list", "localfed", "--format", "json")
-    nodes = json.loads(listing.stdout)["nodes"]
-    assert sorted(n["status"] for n in nodes) == ["online"] * len(GOOD), listing.stdout
-    # a plain-HTTP client cannot talk to the TLS SuperLink
-    write_connection("plain", f"127.0.0.1:{fed.port}", home=fed.home)
-    assert fed.flwr("list", "plain", timeout=120).returncode != 0
-    res = fed.run({**COMMON, "method": "fedavg", "num-server-rounds": 1, "min-train-nodes": 2,
-                   "federated-eval-every": 0, "round-timeout": 120.0, "out-dir": str(tmp / "tls")},
-                  timeout=300, name="tls")
-    assert res.status == "finished:completed", res.output[-3000:]
-    _assert_clean_rounds(res.doc, 1, GOOD)  # only the registered nodes took part
+def test_failing_and_killed_nodes_are_recorded_and_the_run_finishes_with_the_rest(node_local_fed) -> None:
+    """Two node failures in one run (they used to be a run each), both recorded while nodes 0 and 1 train
+    both rounds:
 
+    - node 4 (its key registered now; its node-config points at a data file that does not exist): its
+      ClientApp raises on every message, so its registration fails with the reason; it is asked again with
+      back-off (at start-up and in round 1, round 2 skipped) and never sampled;
+    - node 2: SIGKILLed (with its SuperExec and ClientApp) while it trains in round 1 (CI variant of the
+      node-loss story). round-timeout (15 s: ~3x a live round of this federation on a loaded 2-core box)
+      is far below Flower's ~60 s heartbeat expiry, so round 1 records a 'timeout'; in round 2 it is a
+      'timeout' again or, should Flower have expired the node by then, 'node-lost'.
 
-@pytest.mark.slow
-def test_a_node_whose_clientapp_raises_is_recorded_and_the_run_goes_on(node_local_fed) -> None:
-    """A SuperNode whose ClientApp raises on every message (its node-config points at a data file that does
-    not exist): its registration fails with the reason, it is asked again with back-off, and the other
-    nodes train both rounds."""
+    Node 4 is stopped gracefully afterwards: it deactivates itself, and the SuperLink no longer lists it
+    online. deploy/node_loss_trial.py runs the longer story (node expired, 'node-lost', restarted, back
+    with its state-dir)."""
     fed, tmp = node_local_fed
-    fed.nodes[BAD].popen.wait(timeout=120)  # refused while its key was unregistered
+    out = tmp / "failing-nodes"
+    cfg = {**COMMON, "method": "fedavg", "num-server-rounds": 2, "federated-eval-every": 0, "min-train-nodes": 2,
+           "round-timeout": ROUND_TIMEOUT, "min-train-replies": 1, "out-dir": str(out)}
     fed.register_node(BAD)
     fed.start_node(BAD)
     try:
-        fed.wait_connected([BAD])
-        res = fed.run({**COMMON, "method": "fedavg", "num-server-rounds": 2, "out-dir": str(tmp / "bad-node"),
-                       "round-timeout": 120.0, "min-train-nodes": 2}, timeout=300, name="bad-node")
-    finally:  # stopped gracefully: it deactivates itself, so later runs do not see it
+        fed.wait_connected([BAD], superexec=True)  # its ClientApp then fails at once, not by round-timeout
+        bad_id = re.search(r"SuperNode ID: (\d+)", fed.nodes[BAD].log.read_text(errors="replace")).group(1)
+        seen = fed.nodes[2].log.read_text(errors="replace").count("Receiving: train message")
+        started = time.time()
+        popen = fed.submit(cfg, name="failing-nodes")
+        while fed.nodes[2].log.read_text(errors="replace").count("Receiving: train message") == seen:
+            assert time.time() < started + 300 and popen.poll() is None, \
+                (fed.logs / "failing-nodes.out").read_text()[-3000:]
+            time.sleep(0.02)
+        fed.kill_node(2, signal.SIGKILL)
+        assert not fed.nodes[2].alive()
+        res = fed.finish(popen, cfg, "failing-nodes", started, timeout=400)
+    finally:  # stopped gracefully: it deactivates itself
         fed.nodes[BAD].signal_group(signal.SIGTERM)
         fed.nodes[BAD].popen.wait(timeout=60)
     assert res.status == "finished:completed", res.output[-3000:]
     rounds = res.doc["rounds"]
-    assert [r["sampled"] for r in rounds] == [GOOD, GOOD] and all(r["num_updates"] == len(GOOD) for r in rounds)
+    assert [r["sampled"] for r in rounds] == [GOOD, GOOD] and all(r["num_updates"] == 2 for r in rounds)
+    # node 4: registration failed with the reason at start-up and in round 1; round 2 skipped by the back-off
     register = [f for r in rounds for f in r["failures"] if f["phase"] == "register"]
-    # start-up and round 1 (asked again after one round); round 2 skipped by the back-off
     assert len(register) == 2 and all(f["kind"] == "error" and "missing.npz" in f["reason"] for f in register)
-    assert all(f["phase"] == "register" for r in rounds for f in r["failures"])
+    # node 2: one train failure per round, nothing else
+    for r in rounds:
+        lost = [f for f in r["failures"] if f["phase"] != "register"]
+        assert [(f["cid"], f["phase"]) for f in lost] == [(2, "train")]
+        assert lost[0]["kind"] in ("timeout", "node-lost")
+        if lost[0]["kind"] == "timeout":  # it waited for the dead node up to round-timeout
+            assert r["wall_time_s"] >= ROUND_TIMEOUT - 1.0
+        else:  # Flower expired the node (no heartbeat for ~60 s) and the SuperLink answered for it
+            assert "Node Unavailable" in lost[0]["reason"]
+    first = [f for f in rounds[0]["failures"] if f["phase"] == "train"]
+    assert first[0]["kind"] == "timeout"  # killed seconds ago: not yet expired
+    assert json.loads((out / "results.json").read_text())["final"]["global_accuracy"] > 0.1
     deadline = time.time() + 60
-    while True:  # the SuperLink no longer counts it among the online nodes
+    while True:  # the SuperLink lists node 4, no longer online
         listing = json.loads(fed.flwr("supernode", "list", "localfed", "--format", "json").stdout)["nodes"]
-        if sorted(n["status"] for n in listing).count("online") == len(GOOD):
+        if [n["status"] for n in listing if n["node-id"] == bad_id] == ["offline"]:
             break
         assert time.time() < deadline, listing
         time.sleep(1)
-
-
-@pytest.mark.slow
-def test_killed_supernode_is_recorded_and_the_run_finishes_with_the_rest(node_local_fed) -> None:
-    """CI variant: SIGKILL one SuperNode (with its SuperExec and ClientApp) while it trains in round 1.
-    round-timeout (30 s) is below Flower's ~60 s heartbeat expiry, so round 1 records a 'timeout'; in
-    round 2 it is a 'timeout' again or, once Flower has expired the node, 'node-lost'. Both rounds
-    aggregate the other two updates. deploy/node_loss_trial.py runs the longer story (node forgotten,
-    restarted, back with its state-dir)."""
-    fed, tmp = node_local_fed
-    out = tmp / "kill"
-    cfg = {**COMMON, "method": "fedavg", "num-server-rounds": 2, "federated-eval-every": 0,
-           "round-timeout": 30.0, "min-train-replies": 1, "out-dir": str(out)}
-    seen = fed.nodes[2].log.read_text(errors="replace").count("Receiving: train message")
-    started = time.time()
-    popen = fed.submit(cfg, name="kill")
-    while fed.nodes[2].log.read_text(errors="replace").count("Receiving: train message") == seen:
-        assert time.time() < started + 300 and popen.poll() is None, (fed.logs / "kill.out").read_text()[-3000:]
-        time.sleep(0.02)
-    fed.kill_node(2, signal.SIGKILL)
-    assert not fed.nodes[2].alive()
-    res = fed.finish(popen, cfg, "kill", started, timeout=400)
-    assert res.status == "finished:completed", res.output[-3000:]
-    for r in res.doc["rounds"]:
-        assert r["sampled"] == [0, 1, 2] and r["num_updates"] == 2
-        assert [(f["cid"], f["phase"]) for f in r["failures"]] == [(2, "train")]
-        kind = r["failures"][0]["kind"]
-        assert kind in ("timeout", "node-lost")
-        if kind == "timeout":  # it waited for the dead node up to round-timeout
-            assert r["wall_time_s"] >= 29.0
-        else:  # Flower expired the node (no heartbeat for ~60 s) and the SuperLink answered for it
-            assert "Node Unavailable" in r["failures"][0]["reason"]
-    assert res.doc["rounds"][0]["failures"][0]["kind"] == "timeout"  # killed seconds ago: not yet expired
-    assert json.loads((out / "results.json").read_text())["final"]["global_accuracy"] > 0.1
