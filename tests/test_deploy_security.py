@@ -382,14 +382,17 @@ def _foreign_client_cert(tmp: Path) -> tuple[Path, Path]:
 @pytest.fixture(scope="module")
 def proxied_fed(tmp_path_factory: pytest.TempPathFactory):
     """SuperLink (TLS, node auth, TUNED with a SuperExec secret) on loopback behind the real nginx proxy;
-    3 SuperNodes that reach it only through the Fleet listener; keys 0 and 1 registered through the
-    Control listener with the operator certificate, key 2 not. Every process is stopped at the end."""
+    3 SuperNodes that reach it only through the Fleet listener; keys 0 and 1 registered through
+    the Control listener with the operator certificate, key 2 not. Node 2 never trains (refused, later
+    registered and restarted to show it joins): it runs as a stock SuperNode, without a SuperExec that
+    preloads torch. Every process is stopped at the end."""
     require_tool("nginx")
     tmp = tmp_path_factory.mktemp("proxied-fed")
     fed = LocalFederation(tmp / "fed", 3, tls=True, node_auth=True, tuned=True, proxy=True, register=[0, 1],
-                          app_dir=snapshot_app(tmp / "app"))
+                          start_nodes=[0, 1], app_dir=snapshot_app(tmp / "app"))
     try:
         fed.start()
+        fed.start_node(2, tuned=False)
         fed.wait_connected([0, 1])
         yield fed, tmp
     finally:
@@ -403,11 +406,11 @@ def test_supernodes_train_through_the_fleet_listener(proxied_fed) -> None:
     fed, tmp = proxied_fed
     assert fed.fleet_address == f"127.0.0.1:{fed.fleet_port}" != f"127.0.0.1:{fed.port}"
     res = fed.run({"method": "fedavg", "dataset": "digits", "partition": "dirichlet", "seed": 1,
-                   "num-server-rounds": 2, "min-train-nodes": 2, "round-timeout": 120.0,
-                   "out-dir": str(tmp / "avg")}, timeout=300, name="fedavg")
+                   "num-server-rounds": 1, "min-train-nodes": 2, "round-timeout": 120.0,
+                   "out-dir": str(tmp / "avg")}, timeout=300, name="fedavg")  # one round uses every route
     assert res.status == "finished:completed", res.output[-3000:]
     rounds = res.doc["rounds"]
-    assert [r["round"] for r in rounds] == [1, 2]
+    assert [r["round"] for r in rounds] == [1]
     for r in rounds:
         assert r["sampled"] == [0, 1] and r["num_updates"] == 2 and r["failures"] == []
     assert res.doc["final"]["global_accuracy"] > 0.2  # 10 classes: chance is 0.1
@@ -456,7 +459,7 @@ def test_control_api_needs_the_operator_certificate(proxied_fed) -> None:
     assert reg.returncode == 0 and "registered successfully" in reg.stdout, reg.stdout + reg.stderr
     assert _access_lines(fed, "/v1/control/register-node") == before[0] + 1
     fed.nodes[2].popen.wait(timeout=120)  # it had given up (unregistered key) before
-    fed.start_node(2)
+    fed.start_node(2, tuned=False)
     fed.wait_connected([2])
     listing = json.loads(fed.flwr("supernode", "list", fed.connection, "--format", "json").stdout)["nodes"]
     assert sorted(n["status"] for n in listing) == ["online", "online", "online"]
