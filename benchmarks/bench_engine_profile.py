@@ -73,6 +73,43 @@ def stub_learning() -> None:
         runner.evaluate = no_eval
 
 
+def real_learning(repeats: int, plain, engine) -> dict[str, list[float]]:
+    """The same two runs with real learning: CPU per round, and the part of it spent in the local training
+    (``local_train``, timed in the plain loop and in the ClientApp's trainer alike)."""
+    import benchmarks.plain_loop as plain_loop
+    import client_app.trainers.base as base
+
+    spent = [0.0]
+    originals = {mod: mod.local_train for mod in (plain_loop, base)}
+
+    def timed(original):
+        def local_train(*a, **k):
+            t = time.process_time()
+            try:
+                return original(*a, **k)
+            finally:
+                spent[0] += time.process_time() - t
+        return local_train
+
+    out: dict[str, list[float]] = {f"{v}_{k}": [] for v in ("plain", "engine")
+                                   for k in ("cpu_per_round_s", "train_per_round_s")}
+    for mod, original in originals.items():
+        mod.local_train = timed(original)
+    try:
+        with tempfile.TemporaryDirectory(prefix="bench_profile_real_") as tmp:
+            for _ in range(repeats):
+                for name, fn in (("plain", plain), ("engine", engine)):
+                    marks: list[tuple[float, float]] = []
+                    fn(lambda: marks.append((time.process_time(), spent[0])), tmp)
+                    n = len(marks) - 1
+                    out[f"{name}_cpu_per_round_s"].append((marks[-1][0] - marks[0][0]) / n)
+                    out[f"{name}_train_per_round_s"].append((marks[-1][1] - marks[0][1]) / n)
+    finally:
+        for mod, original in originals.items():
+            mod.local_train = original
+    return out
+
+
 def per_round_cpu(fn) -> float:
     ends: list[float] = []
     fn(lambda: ends.append(time.process_time()))
@@ -93,7 +130,6 @@ def main() -> None:
     ap.add_argument("--name", default="engine_profile")
     args = ap.parse_args()
     torch.set_num_threads(1)
-    stub_learning()
 
     def engine(tick, tmp):
         with round_clock() as lines:
@@ -110,6 +146,8 @@ def main() -> None:
     def plain(tick, tmp):
         plain_fedavg(workload(args.rounds, tmp, args.dataset, 0), args.clients, on_round=lambda r, t: tick())
 
+    real = real_learning(args.repeats, plain, engine)
+    stub_learning()
     plain_s, engine_s = [], []
     with tempfile.TemporaryDirectory(prefix="bench_profile_") as tmp:
         for _ in range(args.repeats):
@@ -133,12 +171,15 @@ def main() -> None:
     overhead = min(engine_s) - min(plain_s)
     out = {"machine": machine(), "args": vars(args), "plain_cpu_per_round_s": plain_s, "engine_cpu_per_round_s": engine_s,
            "overhead_cpu_per_round_s": overhead, "overhead_per_client_us": overhead / args.clients * 1e6,
-           "profile_share_of_run": profile, "loadavg_after": list(os.getloadavg())}
+           "profile_share_of_run": profile, "real": real, "loadavg_after": list(os.getloadavg())}
     print(f"learning stubbed, CPU per round (best of {args.repeats}): plain {min(plain_s) * 1e3:.2f} ms, engine "
           f"{min(engine_s) * 1e3:.2f} ms -> engine overhead {overhead * 1e3:.2f} ms per round "
           f"({out['overhead_per_client_us']:.0f} us per client)")
     for k, v in profile.items():
         print(f"  {v * 100:5.1f}%  {k}")
+    print(f"real learning, CPU per round (best of {args.repeats}): plain {min(real['plain_cpu_per_round_s']) * 1e3:.2f} "
+          f"ms (local training {min(real['plain_train_per_round_s']) * 1e3:.2f}), engine "
+          f"{min(real['engine_cpu_per_round_s']) * 1e3:.2f} ms (local training {min(real['engine_train_per_round_s']) * 1e3:.2f})")
     print(f"wrote {write_result(args.name, out)}")
 
 

@@ -170,6 +170,16 @@ def _profile(profile: Doc, mnist: Doc | None, digits: Doc | None) -> list[str]:
                                                    / digits["plain.cpu_per_round_s"]["median"], 0))
                    if mnist and digits else "")
     flower = sum(v for k, v in share.items() if k.startswith("Flower: "))
+    real = profile.get("real")
+    if real:
+        i, j = (min(range(len(real[f"{v}_cpu_per_round_s"])), key=real[f"{v}_cpu_per_round_s"].__getitem__)
+                for v in ("plain", "engine"))
+        p_all, p_train = real["plain_cpu_per_round_s"][i], real["plain_train_per_round_s"][i]
+        e_all, e_train = real["engine_cpu_per_round_s"][j], real["engine_train_per_round_s"][j]
+        out += T.lines("profile_real", repeats=len(real["plain_cpu_per_round_s"]), plain=f(p_all * 1e3, 2),
+                       plain_train=f(p_train * 1e3, 2), engine=f(e_all * 1e3, 2), engine_train=f(e_train * 1e3, 2),
+                       ratio=f(e_all / p_all, 3), rest_plain=f((p_all - p_train) * 1e3, 2),
+                       rest_engine=f((e_all - e_train) * 1e3, 2), stub=f(profile["overhead_cpu_per_round_s"] * 1e3, 2))
     return out + T.lines("profile_reading", plain_ms=f(plain_ms, 1),
                          overhead_ms=f(profile["overhead_cpu_per_round_s"] * 1e3, 1), goal=f(ENGINE_PLAIN_MAX),
                          allowed_ms=f(0.10 * plain_ms, 1) if plain_ms else f(None),  # 0.10: ENGINE_PLAIN_MAX - 1
