@@ -1,5 +1,6 @@
 """Exit codes and outputs of real runs (issue 18): `noniid-fl run` in a subprocess (in-process engine; on Ray:
-tests/test_simulation.py runs `noniid-fl run --engine ray` and checks its outputs) and `scripts/run_local.sh`
+tests/test_reliability_ray.py runs `noniid-fl run --engine ray` to exits 0, 1 and 143, and
+tests/test_engine_equivalence.py checks a Ray run's outputs) and `scripts/run_local.sh`
 (`flwr run <app> local` on its own SuperLink, stopped by pid). `flwr run` refusing a bad config in the ServerApp
 before round 1 with the key in the streamed log: tests/test_deployment.py (the same ServerApp on the loopback
 federation, without the Ray start/stop that a simulation run pays even after the refusal)."""
