@@ -5,7 +5,7 @@ Markers (pyproject.toml declares ``slow``):
     image  the container-image build (deploy/docker/build_local.sh with podman) and a SuperNode run from
            its image: minutes with podman's layer cache, 10-15 min on a fresh machine (Debian packages and
            torch are downloaded), so CI runs it as a step of its own (``pytest -m image``, .ci/run) after
-           the rest (``pytest -n 2 --dist loadfile -m "not image"``).
+           the rest (``pytest -n 2 --dist loadfile --no-loadscope-reorder -m "not image"``).
 """
 
 import os
@@ -20,3 +20,17 @@ torch.set_num_threads(1)
 def pytest_configure(config) -> None:  # noqa: ANN001 - pytest's Config
     config.addinivalue_line("markers", "image: builds the container images with podman (run on its own: "
                                        "pytest -m image; see tests/conftest.py)")
+
+
+def pytest_collection_modifyitems(config, items) -> None:  # noqa: ANN001 - pytest's Config and Items
+    """Files with the most ``slow`` tests (real processes: tens of seconds each) run first, each file's tests
+    in their own order. With ``pytest -n 2 --dist loadfile --no-loadscope-reorder`` the two workers then
+    start on the long files and fill in with the short ones, instead of xdist's default order (files with
+    the most tests first), which left the few-but-long deployment and Ray files for last: one worker ran
+    them alone at the end."""
+    files: dict[str, list] = {}
+    for item in items:
+        files.setdefault(item.nodeid.split("::", 1)[0], []).append(item)
+    slow = {path: sum(1 for it in group if it.get_closest_marker("slow") is not None) for path, group in files.items()}
+    order = sorted(files, key=lambda path: -slow[path])  # stable: ties keep collection order
+    items[:] = [it for path in order for it in files[path]]
