@@ -52,29 +52,38 @@ def _not_measured(f: dict[str, Any]) -> str:
     return f"not measured: {f.get('skipped') or f.get('aborted')}"
 
 
-def tuned(doc: dict[str, Any]) -> list[str]:
-    """One row per fleet size of a TUNED=1 run: start-up, round times, memory of every role, CPU."""
-    header = ["SuperNodes", "connected after", "round 1, 2, 3 (s)", "SuperLink RSS at rest / peak (MiB)",
-              "ServerApp RSS / USS (MiB)", "node at rest RSS / USS (MiB)", "node peak RSS / USS (MiB)",
-              "all nodes' USS at peak (GiB)", "SuperLink CPU idle (s/s) / job (s)", "nodes' idle CPU (s/s)",
-              "load before / after"]
+def _fleet_rows(doc: dict[str, Any], header: list[str], cells) -> list[list[Any]]:  # noqa: ANN001
+    """One row per fleet: ``cells(fleet, idle, job, idle memory, job memory)``, or 'not measured' for a fleet
+    whose job did not run."""
     rows = []
     for f in doc["fleets"]:
         if "job" not in f:
             rows.append([f["nodes"], _not_measured(f)] + [""] * (len(header) - 2))
             continue
         idle, job = f["idle"], f["job"]
-        im, jm = idle["memory"], job["memory"]
-        rows.append([f["nodes"], f"{f['connected_s']:.0f} s", _secs(job["round_s"]),
-                     f"{_mib(im['superlink_rss_mean'])} / {_mib(jm['superlink_rss_peak'])}",
-                     f"{_mib(jm['serverapp_rss_peak'])} / {_mib(jm['serverapp_uss_peak'])}",
-                     f"{_mib(im['node_base_rss_mean'])} / {_mib(im['node_base_uss_mean'])}",
-                     f"{_mib(jm['node_total_rss_peak_max'])} / {_mib(jm['node_total_uss_peak_max'])}",
-                     f"{jm['fleet_total_uss_peak'] / 1024:.1f}",
-                     f"{idle['superlink_cpu_per_s']:.3f} / {job['superlink_cpu_s']:.1f}",
-                     f"{idle['nodes_cpu_per_s']:.2f}", f"{f['loadavg_before']:.1f} / {f['loadavg_after']:.1f}"])
+        rows.append(cells(f, idle, job, idle["memory"], job["memory"]))
+    return rows
+
+
+def tuned(doc: dict[str, Any]) -> list[str]:
+    """One row per fleet size of a TUNED=1 run: start-up, round times, memory of every role, CPU."""
+    header = ["SuperNodes", "connected after", "round 1, 2, 3 (s)", "SuperLink RSS at rest / peak (MiB)",
+              "ServerApp RSS / USS (MiB)", "node at rest RSS / USS (MiB)", "node peak RSS / USS (MiB)",
+              "all nodes' USS at peak (GiB)", "SuperLink CPU idle (s/s) / job (s)", "nodes' idle CPU (s/s)",
+              "load before / after"]
+
+    def cells(f: dict[str, Any], idle: dict[str, Any], job: dict[str, Any], im: dict[str, Any],
+              jm: dict[str, Any]) -> list[Any]:
+        return [f["nodes"], f"{f['connected_s']:.0f} s", _secs(job["round_s"]),
+                f"{_mib(im['superlink_rss_mean'])} / {_mib(jm['superlink_rss_peak'])}",
+                f"{_mib(jm['serverapp_rss_peak'])} / {_mib(jm['serverapp_uss_peak'])}",
+                f"{_mib(im['node_base_rss_mean'])} / {_mib(im['node_base_uss_mean'])}",
+                f"{_mib(jm['node_total_rss_peak_max'])} / {_mib(jm['node_total_uss_peak_max'])}",
+                f"{jm['fleet_total_uss_peak'] / 1024:.1f}",
+                f"{idle['superlink_cpu_per_s']:.3f} / {job['superlink_cpu_s']:.1f}",
+                f"{idle['nodes_cpu_per_s']:.2f}", f"{f['loadavg_before']:.1f} / {f['loadavg_after']:.1f}"]
     return [f"*{doc['written']}, `{doc['benchmark']}.json`, {', '.join(map(str, doc['args']['nodes']))} nodes "
-            f"asked, load average {_load_span(doc)}.*", "", *_table(header, rows)]
+            f"asked, load average {_load_span(doc)}.*", "", *_table(header, _fleet_rows(doc, header, cells))]
 
 
 def stock(doc: dict[str, Any]) -> list[str]:
@@ -83,21 +92,17 @@ def stock(doc: dict[str, Any]) -> list[str]:
     header = ["SuperNodes", f"round {', '.join(str(r + 1) for r in range(rounds))} (s)",
               "SuperLink RSS at rest / peak (MiB)", "ServerApp RSS / USS (MiB)", "node at rest RSS / USS (MiB)",
               "one ClientApp RSS / USS (MiB)", "SuperLink CPU idle (s/s) / job (s)"]
-    rows = []
-    for f in doc["fleets"]:
-        if "job" not in f:
-            rows.append([f["nodes"], _not_measured(f)] + [""] * (len(header) - 2))
-            continue
-        idle, job = f["idle"], f["job"]
-        im, jm = idle["memory"], job["memory"]
-        rows.append([f["nodes"], _secs(job["round_s"]),
-                     f"{_mib(im['superlink_rss_mean'])} / {_mib(jm['superlink_rss_peak'])}",
-                     f"{_mib(jm['serverapp_rss_peak'])} / {_mib(jm['serverapp_uss_peak'])}",
-                     f"{_mib(im['node_base_rss_mean'])} / {_mib(im['node_base_uss_mean'])}",
-                     f"{_mib(jm['clientapp_rss_peak'])} / {_mib(jm['clientapp_uss_peak'])}",
-                     f"{idle['superlink_cpu_per_s']:.3f} / {job['superlink_cpu_s']:.1f}"])
+
+    def cells(f: dict[str, Any], idle: dict[str, Any], job: dict[str, Any], im: dict[str, Any],
+              jm: dict[str, Any]) -> list[Any]:
+        return [f["nodes"], _secs(job["round_s"]),
+                f"{_mib(im['superlink_rss_mean'])} / {_mib(jm['superlink_rss_peak'])}",
+                f"{_mib(jm['serverapp_rss_peak'])} / {_mib(jm['serverapp_uss_peak'])}",
+                f"{_mib(im['node_base_rss_mean'])} / {_mib(im['node_base_uss_mean'])}",
+                f"{_mib(jm['clientapp_rss_peak'])} / {_mib(jm['clientapp_uss_peak'])}",
+                f"{idle['superlink_cpu_per_s']:.3f} / {job['superlink_cpu_s']:.1f}"]
     return [f"*{doc['written']}, `{doc['benchmark']}.json`, load average {_load_span(doc)}.*", "",
-            *_table(header, rows)]
+            *_table(header, _fleet_rows(doc, header, cells))]
 
 
 def idle(doc: dict[str, Any]) -> list[str]:
@@ -111,8 +116,8 @@ def idle(doc: dict[str, Any]) -> list[str]:
             continue
         i, m = f["idle"], f["idle"]["memory"]
         rows.append([f["nodes"], f"{f['connected_s']:.0f} s", f"{i['seconds']:.0f} s",
-                     f"{_mib(m['superlink_rss_mean'])} / {_mib(m['superlink_uss_peak'])}",
-                     f"{_mib(m['node_base_rss_mean'])} / {_mib(m['node_base_uss_mean'])}",
+                f"{_mib(m['superlink_rss_mean'])} / {_mib(m['superlink_uss_peak'])}",
+                f"{_mib(m['node_base_rss_mean'])} / {_mib(m['node_base_uss_mean'])}",
                      f"{m['fleet_total_pss_peak'] / 1024:.1f}", f"{i['superlink_cpu_per_s']:.3f}",
                      f"{i['nodes_cpu_per_s']:.2f}", f"{f['loadavg_before']:.1f} / {f['loadavg_after']:.1f}"])
     security = "plain HTTP, no node auth" if doc["args"]["insecure"] else "TLS + node auth"

@@ -27,7 +27,7 @@ import torch
 from flwr.app import Context, Message, RecordDict
 from flwr.clientapp import ClientApp
 
-from client_app.model_pool import POOL
+from client_app.model_pool import POOL, torch_array
 from client_app.state import ClientState
 from client_app.trainers.base import ClientData, TrainJob, TrainReply
 from client_app.training import evaluate as evaluate_model
@@ -198,9 +198,7 @@ class FrozenGlobal(Mapping):
         t = self._made.get(key)
         if t is None:
             like = self._like[key]
-            a = np.asarray(self._params[key])
-            t = self._made[key] = torch.from_numpy(a if a.flags.writeable else a.copy()).to(
-                device=like.device, dtype=like.dtype)
+            t = self._made[key] = torch_array(self._params[key]).to(device=like.device, dtype=like.dtype)
         return t
 
     def __iter__(self):  # noqa: ANN204 - the model's state-dict order

@@ -164,13 +164,13 @@ class ModelPool:
         if inst is None or inst.custom_load or len(params) != len(inst.slots) or any(
                 name != slot[0] or tuple(np.shape(v)) != tuple(slot[1].shape)
                 for (name, v), slot in zip(params.items(), inst.slots)):
-            model.load_state_dict({k: _torch_array(v) for k, v in params.items()}, strict=True)
+            model.load_state_dict({k: torch_array(v) for k, v in params.items()}, strict=True)
             return
         with torch.no_grad():
             for (_, value), (_, tensor) in zip(params.items(), inst.slots):
                 a = np.asarray(value)
                 if a.flags.writeable or not _copy_on_cpu(tensor, a):
-                    tensor.copy_(_torch_array(a))
+                    tensor.copy_(torch_array(a))
 
     def state_items(self, model: nn.Module) -> list[tuple[str, torch.Tensor]]:
         """``model.state_dict(keep_vars=True).items()`` (kept for a pooled model: no module walk)."""
@@ -199,7 +199,7 @@ class ModelPool:
         return True
 
 
-def _torch_array(value: Any) -> torch.Tensor:
+def torch_array(value: Any) -> torch.Tensor:
     """A CPU tensor with ``value``'s values, sharing its memory when it is writable (torch does not take
     read-only arrays, e.g. views of a message's bytes: those are copied)."""
     a = np.asarray(value)
