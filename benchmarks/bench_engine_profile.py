@@ -17,12 +17,14 @@ shares, applied to the measured unprofiled total.
 from __future__ import annotations
 
 import argparse
+import contextlib
 import cProfile
 import os
 import pstats
 import tempfile
 import time
 from types import SimpleNamespace
+from typing import Iterator
 
 os.environ.setdefault("OMP_NUM_THREADS", "1")
 
@@ -73,9 +75,47 @@ def stub_learning() -> None:
         runner.evaluate = no_eval
 
 
+class ClientSideClock:
+    """CPU time of the engine's client side outside the learning: every ``engines.grid.handle`` call (copies,
+    ClientApp glue, records, model pool, client state) minus the trainer's ``local_train`` and ``evaluate``
+    calls inside it. Installed for the engine runs of both the real and the stubbed measurements."""
+
+    def __init__(self) -> None:
+        self.handle = self.learning = 0.0
+
+    @contextlib.contextmanager
+    def installed(self) -> Iterator[None]:
+        import client_app.trainers.base as base
+        import engines.grid as grid
+
+        saved = {(grid, "handle"): grid.handle, (base, "local_train"): base.local_train,
+                 (base, "evaluate"): base.evaluate}
+        grid.handle = self._timed(grid.handle, "handle")
+        base.local_train = self._timed(base.local_train, "learning")
+        base.evaluate = self._timed(base.evaluate, "learning")
+        try:
+            yield
+        finally:
+            for (mod, name), fn in saved.items():
+                setattr(mod, name, fn)
+
+    def _timed(self, fn, field: str):
+        def timed(*a, **k):
+            t = time.process_time()
+            try:
+                return fn(*a, **k)
+            finally:
+                setattr(self, field, getattr(self, field) + time.process_time() - t)
+        return timed
+
+    def outside_learning(self) -> float:
+        return self.handle - self.learning
+
+
 def real_learning(repeats: int, plain, engine) -> dict[str, list[float]]:
-    """The same two runs with real learning: CPU per round, and the part of it spent in the local training
-    (``local_train``, timed in the plain loop and in the ClientApp's trainer alike)."""
+    """The same two runs with real learning: CPU per round, the part of it spent in the local training
+    (``local_train``, timed in the plain loop and in the ClientApp's trainer alike) and, for the engine, its
+    client side outside the learning (:class:`ClientSideClock`)."""
     import benchmarks.plain_loop as plain_loop
     import client_app.trainers.base as base
 
@@ -93,32 +133,38 @@ def real_learning(repeats: int, plain, engine) -> dict[str, list[float]]:
 
     out: dict[str, list[float]] = {f"{v}_{k}": [] for v in ("plain", "engine")
                                    for k in ("cpu_per_round_s", "train_per_round_s")}
+    out["engine_client_side_per_round_s"] = []
     for mod, original in originals.items():
         mod.local_train = timed(original)
     try:
         with tempfile.TemporaryDirectory(prefix="bench_profile_real_") as tmp:
             for _ in range(repeats):
                 for name, fn in (("plain", plain), ("engine", engine)):
-                    marks: list[tuple[float, float]] = []
-                    fn(lambda: marks.append((time.process_time(), spent[0])), tmp)
+                    clock = ClientSideClock()
+                    marks: list[tuple[float, float, float]] = []
+                    with clock.installed() if name == "engine" else contextlib.nullcontext():
+                        fn(lambda: marks.append((time.process_time(), spent[0], clock.outside_learning())), tmp)
                     n = len(marks) - 1
                     out[f"{name}_cpu_per_round_s"].append((marks[-1][0] - marks[0][0]) / n)
                     out[f"{name}_train_per_round_s"].append((marks[-1][1] - marks[0][1]) / n)
+                    if name == "engine":
+                        out["engine_client_side_per_round_s"].append((marks[-1][2] - marks[0][2]) / n)
     finally:
         for mod, original in originals.items():
             mod.local_train = original
     return out
 
 
-def per_round_cpu(fn) -> float:
+def per_round_cpu(fn, clock=time.process_time) -> float:
+    """Mean of ``clock`` per round between the first and the last round end."""
     ends: list[float] = []
-    fn(lambda: ends.append(time.process_time()))
+    fn(lambda: ends.append(clock()))
     return (ends[-1] - ends[0]) / (len(ends) - 1)
 
 
 def main() -> None:
     from benchmarks.bench_overhead import workload
-    from benchmarks.harness import machine, round_clock, write_result
+    from benchmarks.harness import machine, write_result
     from benchmarks.plain_loop import plain_fedavg
     from engines.local import run_local
 
@@ -130,28 +176,31 @@ def main() -> None:
     ap.add_argument("--name", default="engine_profile")
     args = ap.parse_args()
     torch.set_num_threads(1)
+    started = machine()  # (the load average at the start)
 
     def engine(tick, tmp):
-        with round_clock() as lines:
-            cfg = {**workload(args.rounds, tmp, args.dataset, 0), "overwrite": True}
-            import server_app.runner as runner
-            say = runner._say
-            runner._say = lambda text: (tick() if text.startswith("[round ") else None)
-            try:
-                run_local(cfg, args.clients)
-            finally:
-                runner._say = say
-        del lines
+        import server_app.runner as runner
+
+        cfg = {**workload(args.rounds, tmp, args.dataset, 0), "overwrite": True}
+        say = runner._say
+        runner._say = lambda text: (tick() if text.startswith("[round ") else None)
+        try:
+            run_local(cfg, args.clients)
+        finally:
+            runner._say = say
 
     def plain(tick, tmp):
         plain_fedavg(workload(args.rounds, tmp, args.dataset, 0), args.clients, on_round=lambda r, t: tick())
 
     real = real_learning(args.repeats, plain, engine)
     stub_learning()
-    plain_s, engine_s = [], []
+    plain_s, engine_s, client_s = [], [], []
     with tempfile.TemporaryDirectory(prefix="bench_profile_") as tmp:
         for _ in range(args.repeats):
             plain_s.append(per_round_cpu(lambda tick: plain(tick, tmp)))
+            clock = ClientSideClock()
+            with clock.installed():
+                client_s.append(per_round_cpu(lambda tick: engine(tick, tmp), clock.outside_learning))
             engine_s.append(per_round_cpu(lambda tick: engine(tick, tmp)))
         prof = cProfile.Profile(time.process_time)
         prof.enable()
@@ -169,9 +218,10 @@ def main() -> None:
                       and not any(path in c[0] and c[2] == fn for c in v[4]))
         profile[label] = cum / run_total
     overhead = min(engine_s) - min(plain_s)
-    out = {"machine": machine(), "args": vars(args), "plain_cpu_per_round_s": plain_s, "engine_cpu_per_round_s": engine_s,
+    out = {"machine": started, "args": vars(args), "plain_cpu_per_round_s": plain_s, "engine_cpu_per_round_s": engine_s,
            "overhead_cpu_per_round_s": overhead, "overhead_per_client_us": overhead / args.clients * 1e6,
-           "profile_share_of_run": profile, "real": real, "loadavg_after": list(os.getloadavg())}
+           "profile_share_of_run": profile, "real": real,
+           "engine_client_side_stubbed_per_round_s": client_s, "loadavg_after": list(os.getloadavg())}
     print(f"learning stubbed, CPU per round (best of {args.repeats}): plain {min(plain_s) * 1e3:.2f} ms, engine "
           f"{min(engine_s) * 1e3:.2f} ms -> engine overhead {overhead * 1e3:.2f} ms per round "
           f"({out['overhead_per_client_us']:.0f} us per client)")
@@ -180,6 +230,8 @@ def main() -> None:
     print(f"real learning, CPU per round (best of {args.repeats}): plain {min(real['plain_cpu_per_round_s']) * 1e3:.2f} "
           f"ms (local training {min(real['plain_train_per_round_s']) * 1e3:.2f}), engine "
           f"{min(real['engine_cpu_per_round_s']) * 1e3:.2f} ms (local training {min(real['engine_train_per_round_s']) * 1e3:.2f})")
+    print(f"engine client side outside the learning, CPU per round (best of {args.repeats}): real learning "
+          f"{min(real['engine_client_side_per_round_s']) * 1e3:.2f} ms, stubbed {min(client_s) * 1e3:.2f} ms")
     print(f"wrote {write_result(args.name, out)}")
 
 

@@ -179,7 +179,13 @@ def _profile(profile: Doc, mnist: Doc | None, digits: Doc | None) -> list[str]:
         out += T.lines("profile_real", repeats=len(real["plain_cpu_per_round_s"]), plain=f(p_all * 1e3, 2),
                        plain_train=f(p_train * 1e3, 2), engine=f(e_all * 1e3, 2), engine_train=f(e_train * 1e3, 2),
                        ratio=f(e_all / p_all, 3), rest_plain=f((p_all - p_train) * 1e3, 2),
-                       rest_engine=f((e_all - e_train) * 1e3, 2), stub=f(profile["overhead_cpu_per_round_s"] * 1e3, 2))
+                       rest_engine=f((e_all - e_train) * 1e3, 2), stub=f(profile["overhead_cpu_per_round_s"] * 1e3, 2),
+                       train_extra=f((e_train - p_train) * 1e3, 2))
+        client_real, client_stub = real.get("engine_client_side_per_round_s"), profile.get(
+            "engine_client_side_stubbed_per_round_s")
+        if client_real and client_stub:
+            out += T.lines("profile_cold", real=f(min(client_real) * 1e3, 2), stub=f(min(client_stub) * 1e3, 2),
+                           factor=f(min(client_real) / min(client_stub), 2))
     return out + T.lines("profile_reading", plain_ms=f(plain_ms, 1),
                          overhead_ms=f(profile["overhead_cpu_per_round_s"] * 1e3, 1), goal=f(ENGINE_PLAIN_MAX),
                          allowed_ms=f(0.10 * plain_ms, 1) if plain_ms else f(None),  # 0.10: ENGINE_PLAIN_MAX - 1
