@@ -3,9 +3,11 @@
 from __future__ import annotations
 
 import argparse
+import atexit
 import logging
 import os
 import sys
+import threading
 import traceback
 
 from flcore.config import ENGINES, ConfigError
@@ -80,13 +82,24 @@ def main(argv: list[str] | None = None) -> int:
 
 
 def console() -> None:
-    """The ``noniid-fl`` entry point: :func:`main`, then exit. After a failed or interrupted run the process
-    exits without waiting for threads the engine may have left behind (Flower's ServerApp thread can wait
-    round-timeout for clients of a crashed engine); the outputs and the log are flushed first."""
+    """The ``noniid-fl`` entry point: :func:`main`, then exit.
+
+    A usage or config error (2) exits normally (nothing heavy was loaded). After a completed run (0) the
+    process waits for its non-daemon threads and runs what was registered to run at exit (Ray's and the
+    worker pool's shutdown, the log handlers), then leaves without the interpreter's own teardown, which
+    clears every module and collects every object of torch, Flower and the run: ~0.9 s of a 2-round digits
+    run's 3.7 s. After a failed or interrupted run it exits at once, without waiting for threads the engine
+    may have left behind (Flower's ServerApp thread can wait round-timeout for clients of a crashed engine).
+    Every output file is closed by then; the log and the terminal streams are flushed first."""
     code = main()
-    if code not in (0, 2):
-        logging.shutdown()
-        sys.stdout.flush()
-        sys.stderr.flush()
-        os._exit(code)
-    sys.exit(code)
+    if code == 2:
+        sys.exit(code)
+    if code == 0:
+        for thread in threading.enumerate():
+            if thread is not threading.main_thread() and not thread.daemon:
+                thread.join()
+        atexit._run_exitfuncs()  # (documented as private, stable since Python 2: what a normal exit runs)
+    logging.shutdown()
+    sys.stdout.flush()
+    sys.stderr.flush()
+    os._exit(code)
