@@ -385,11 +385,12 @@ def proxied_fed(tmp_path_factory: pytest.TempPathFactory):
     3 SuperNodes that reach it only through the Fleet listener; keys 0 and 1 registered through
     the Control listener with the operator certificate, key 2 not. Node 2 never trains (refused, later
     registered and restarted to show it joins): it runs as a stock SuperNode, without a SuperExec that
-    preloads torch. Every process is stopped at the end."""
+    preloads torch. The SuperLink's state is in memory (no DATABASE: tests/test_deployment.py's node_local_fed
+    says why). Every process is stopped at the end."""
     require_tool("nginx")
     tmp = tmp_path_factory.mktemp("proxied-fed")
     fed = LocalFederation(tmp / "fed", 3, tls=True, node_auth=True, tuned=True, proxy=True, register=[0, 1],
-                          start_nodes=[0, 1], app_dir=snapshot_app(tmp / "app"))
+                          start_nodes=[0, 1], app_dir=snapshot_app(tmp / "app"), database=False)
     try:
         fed.start()
         fed.start_node(2, tuned=False)
