@@ -9,13 +9,14 @@ from __future__ import annotations
 
 import json
 import os
-import re
 import subprocess
 import sys
 import time
 from pathlib import Path
 
 import pytest
+
+from tests.run_local_util import superlink_gone
 
 ROOT = Path(__file__).resolve().parent.parent
 JOB = "dataset='digits' num-server-rounds=2 batch-size=16 federated-eval-every=0"
@@ -63,17 +64,6 @@ def test_noniid_fl_run_outputs_and_exit_codes(tmp_path):
     assert "Traceback" in (run_b / "run.log").read_text()
 
 
-def _gone(text: str) -> bool:
-    """The SuperLink run_local.sh reported (``SuperLink pid N``) and its process group no longer exist."""
-    m = re.search(r"run_local.sh: SuperLink pid (\d+)", text)
-    assert m, text[-2000:]
-    try:
-        os.killpg(int(m.group(1)), 0)
-    except ProcessLookupError:
-        return not Path(f"/proc/{m.group(1)}").exists()
-    return False
-
-
 def run_local_sh(tmp_path: Path, overrides: str) -> subprocess.CompletedProcess:
     return subprocess.run([str(ROOT / "scripts" / "run_local.sh"), "3", overrides], cwd=tmp_path, env=_env(tmp_path),
                           capture_output=True, text=True, timeout=600)
@@ -87,8 +77,6 @@ def test_run_local_sh_exit_codes_and_cleanup(tmp_path):
     assert ok.returncode == 0, ok.stdout[-3000:] + ok.stderr[-3000:]
     doc = json.loads((tmp_path / "ok" / "results.json").read_text())  # `flwr run . local` end to end (README)
     assert len(doc["rounds"]) == 2 and doc["final"]["num_clients"] == 3 and doc["final"]["global_accuracy"] > 0.1
-    assert _gone(ok.stdout)  # its SuperLink (and children) stopped
-    failed = run_local_sh(tmp_path, f"{JOB} {FAIL} out-dir='{tmp_path / 'failed'}'")
-    assert failed.returncode == 1, failed.stdout[-3000:]
-    assert "RoundFailed" in failed.stdout and "the run did not complete" in failed.stderr
-    assert _gone(failed.stdout)
+    assert superlink_gone(ok.stdout)  # its SuperLink (and children) stopped
+    # A run that fails (exit 1, its SuperLink stopped too): tests/test_reliability_ray.py's run_local.sh run, whose
+    # ServerApp stops at a dead Ray worker (a run of its own here cost ~20 s for the same exit path).

@@ -38,6 +38,7 @@ from engines.ray import RunInterrupted, StoppableGrid, backend_config
 from engines.ray_faults import WorkerLost, WorkerWatchGrid, ray_failure
 from engines.ray_session import (TAG_VAR, RaySession, StopSignals, end_processes, process_start, report_leftovers,
                                  tagged_processes)
+from tests.run_local_util import superlink_gone
 
 ROOT = Path(__file__).resolve().parent.parent
 JOB = "dataset='digits' batch-size=16 federated-eval-every=0"
@@ -440,8 +441,9 @@ def test_sigterm_stops_the_run_and_every_ray_process_it_started(tmp_path):
 @pytest.mark.slow
 def test_flwr_run_stops_with_worker_lost_when_a_worker_dies(tmp_path):
     """`flwr run .` cannot be told to restart actors: the run stops at the first dead worker and
-    scripts/run_local.sh exits 1 (a checkout of its own: the app's code, with the crashing ClientApp put in the
-    client_app package, and the files run_local.sh uses; deploy.localfed.snapshot_app copies the code)."""
+    scripts/run_local.sh exits 1 and stops its SuperLink (a checkout of its own: the app's code, with the crashing
+    ClientApp put in the client_app package, and the files run_local.sh uses; deploy.localfed.snapshot_app copies
+    the code). Also tests/test_cli_runs.py's check of run_local.sh on a run that fails."""
     from deploy.localfed import snapshot_app
 
     app = snapshot_app(tmp_path / "app")  # pyproject.toml (without fab-exclude) and the packages it declares
@@ -463,7 +465,8 @@ def test_flwr_run_stops_with_worker_lost_when_a_worker_dies(tmp_path):
     text = proc.stdout + proc.stderr
     assert proc.returncode == 1, text[-4000:]
     assert "'train' of round 2 died and was not replaced (ActorDiedError" in text
-    assert f"Continue it with resume-from='{out}'" in text and "the run did not complete" in text
+    assert f"Continue it with resume-from='{out}'" in text and "the run did not complete" in proc.stderr
+    assert superlink_gone(proc.stdout)  # its SuperLink (and children) stopped after the failed run too
     rounds = json.loads((out / "results.json").read_text())["rounds"]
     assert [r["round"] for r in rounds] == [1] and rounds[0]["num_updates"] == 4  # round 1 kept, checkpointed
     assert (out / "checkpoint.pt").exists()
