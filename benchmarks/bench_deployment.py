@@ -40,8 +40,11 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 from deploy.localfed import LocalFederation, _parse_overrides, snapshot_app  # noqa: E402
 
+# the job the recorded results ran (deployment*.txt): the run-config defaults of that time are pinned (issue 19
+# later changed lr, momentum, weight-decay and local-test-fraction, which federated evaluation needs)
 BASE = {"method": "fedavg", "dataset": "digits", "partition": "dirichlet", "seed": 0,
-        "federated-eval-every": 1, "round-timeout": 300.0, "checkpoint": False}
+        "federated-eval-every": 1, "round-timeout": 300.0, "checkpoint": False,
+        "local-test-fraction": 0.25, "lr": 0.05, "momentum": 0.0, "weight-decay": 0.0}
 
 
 def summarize(doc: dict[str, Any], total_s: float) -> dict[str, Any]:
@@ -132,9 +135,11 @@ def cold_start_costs(repeats: int = 3) -> dict[str, float]:
     return {k: min(r[k] for r in runs) for k in runs[0]}
 
 
-def run_deploy(cfg: dict[str, Any], nodes: int, tuned: bool, workdir: Path, poll: float) -> dict[str, Any]:
+def run_deploy(cfg: dict[str, Any], nodes: int, tuned: bool, workdir: Path, poll: float,
+               database: bool = True) -> dict[str, Any]:
     t0 = time.time()
-    with LocalFederation(workdir, nodes, tuned=tuned, poll=poll, app_dir=snapshot_app(workdir / "app")) as fed:
+    with LocalFederation(workdir, nodes, tuned=tuned, poll=poll, app_dir=snapshot_app(workdir / "app"),
+                         database=database) as fed:
         fed.wait_connected()
         res = fed.run(cfg, timeout=3600)
     if res.doc is None or not res.status.startswith("finished:completed"):
@@ -152,6 +157,10 @@ def main() -> None:
     parser.add_argument("-c", "--run-config", default="", help="extra run-config overrides (TOML pairs)")
     parser.add_argument("--poll", type=float, default=0.5, help="tuned mode's poll interval, seconds (default 0.5)")
     parser.add_argument("--profile-dir", default="", help="tuned mode: cProfile every forked task process here")
+    parser.add_argument("--superlink-state", choices=("sqlite", "memory"), default="sqlite",
+                        help="the SuperLink's state: an SQLite file (DATABASE of deploy/superlink.sh, as documented for "
+                             "production: runs and registered node keys survive a restart; the default here) or "
+                             "Flower's in-memory state")
     ns = parser.parse_args()
     os.environ.setdefault("OMP_NUM_THREADS", "1")
     if ns.profile_dir:
@@ -171,11 +180,13 @@ def main() -> None:
         if mode == "sim":
             rows[mode] = run_sim(cfg, ns.nodes)
         else:
-            rows[mode] = run_deploy(cfg, ns.nodes, mode == "tuned", root / mode, ns.poll)
+            rows[mode] = run_deploy(cfg, ns.nodes, mode == "tuned", root / mode, ns.poll,
+                                    database=ns.superlink_state == "sqlite")
     cfg = {**BASE, "num-server-rounds": ns.rounds, **extra}
     print(f"\nconfig: {cfg['method']} on {cfg['dataset']} ({cfg['partition']}), {ns.nodes} clients, "
           f"{ns.rounds} rounds, federated-eval-every={cfg['federated-eval-every']}; "
-          f"{os.cpu_count()} CPUs, load average {load0:.1f} -> {os.getloadavg()[0]:.1f}")
+          f"SuperLink state {ns.superlink_state}; {os.cpu_count()} CPUs, load average {load0:.1f} -> "
+          f"{os.getloadavg()[0]:.1f}")
     print(f"{'mode':<8} {'round s (2..R)':>15} {'min':>7} {'round 1 s':>10} {'total s':>9} {'final acc':>10} {'failures':>9}")
     for mode, r in rows.items():
         print(f"{mode:<8} {r['mean']:>15.1f} {r['min']:>7.1f} {r['first']:>10.1f} {r['total']:>9.1f} "

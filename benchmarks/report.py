@@ -77,7 +77,8 @@ def render(results: Results | None = None, doc_dir: Path = DOC.parent) -> str:
     lines += section_overhead(workloads(ov, ovs), engine)
     lines += section_methods(methods) + section_gne(gne)
     lines += section_scale(scale, engine, before, sample)
-    lines += section_deployment(r.text("deployment"), r.text("deployment_profile"), r.text("deployment_polls"), doc_dir)
+    lines += section_deployment(r.text("deployment"), r.text("deployment_profile"), r.text("deployment_polls"), doc_dir,
+                                 r.text("deployment_state"))
     lines += blocks("gpu").lines("gpu") + blocks("fixes").lines("fixes")
     lines += section_engine(ov, ovs, pfl, startup, r.json("scale_engine"), r.json("engine_profile"),
                             r.json("instructions"))

@@ -21,9 +21,11 @@ def deployment_block_from_doc(doc_dir: Path) -> str | None:
     return None
 
 
-def section_deployment(text: str | None, profile: str | None, polls: str | None, doc_dir: Path) -> list[str]:
-    """``text``: benchmarks/results/deployment.txt; ``profile`` / ``polls``: the tuned-mode profile and poll
-    runs (deployment_profile.txt, deployment_polls.txt); without ``text``, the run recorded in DEPLOYMENT.md."""
+def section_deployment(text: str | None, profile: str | None, polls: str | None, doc_dir: Path,
+                       state: str | None = None) -> list[str]:
+    """``text``: benchmarks/results/deployment.txt; ``profile`` / ``polls`` / ``state``: the tuned-mode profile,
+    poll and SuperLink-state runs (deployment_profile.txt, deployment_polls.txt, deployment_state.txt); without
+    ``text``, the run recorded in DEPLOYMENT.md."""
     out = T.lines("intro")
     recorded = None if text else deployment_block_from_doc(doc_dir)
     if text:
@@ -32,12 +34,13 @@ def section_deployment(text: str | None, profile: str | None, polls: str | None,
         out += T.lines("recorded", text=recorded)
     else:
         out += T.lines("not_included")
-    return out + deployment_profile(profile, polls)
+    return out + deployment_profile(profile, polls, state)
 
 
-def deployment_profile(profile: str | None, polls: str | None) -> list[str]:
+def deployment_profile(profile: str | None, polls: str | None, state: str | None = None) -> list[str]:
     """Where a deployment round's time goes (issue 17 item 4): the tuned profile and poll runs, verbatim,
     and the path of one message with the Flower setting behind each wait."""
     if profile is None:
         return []
-    return T.lines("profile", profile=profile) + (T.lines("polls", polls=polls) if polls else []) + T.lines("reading")
+    return (T.lines("profile", profile=profile) + (T.lines("polls", polls=polls) if polls else [])
+            + (T.lines("state", state=state) if state else []) + T.lines("reading"))
