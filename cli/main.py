@@ -98,8 +98,9 @@ def console() -> None:
         for thread in threading.enumerate():
             if thread is not threading.main_thread() and not thread.daemon:
                 thread.join()
-        atexit._run_exitfuncs()  # (documented as private, stable since Python 2: what a normal exit runs)
-    logging.shutdown()
+        atexit._run_exitfuncs()  # what a normal exit runs, logging.shutdown included (private, stable since Python 2)
+    else:
+        logging.shutdown()
     sys.stdout.flush()
     sys.stderr.flush()
     os._exit(code)
