@@ -81,8 +81,3 @@ def average_non_float(params: Sequence[Mapping[str, np.ndarray]], weights: Seque
 
 def as_float64(params: Mapping[str, np.ndarray]) -> "OrderedDict[str, np.ndarray]":
     return OrderedDict((k, np.asarray(v, dtype=np.float64)) for k, v in params.items())
-
-
-def cast_like(values: Mapping[str, np.ndarray], like: Mapping[str, np.ndarray]) -> "OrderedDict[str, np.ndarray]":
-    """Cast each entry of ``values`` to the dtype of the same entry of ``like``."""
-    return OrderedDict((k, np.asarray(values[k]).astype(np.asarray(like[k]).dtype)) for k in like)
