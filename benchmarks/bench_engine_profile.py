@@ -24,7 +24,7 @@ import pstats
 import tempfile
 import time
 from types import SimpleNamespace
-from typing import Iterator
+from typing import Callable, Iterator
 
 os.environ.setdefault("OMP_NUM_THREADS", "1")
 
@@ -75,6 +75,17 @@ def stub_learning() -> None:
         runner.evaluate = no_eval
 
 
+def cpu_timed(fn, record: Callable[[float], None]):
+    """``fn`` that passes the CPU seconds of each call to ``record``."""
+    def timed(*a, **k):
+        t = time.process_time()
+        try:
+            return fn(*a, **k)
+        finally:
+            record(time.process_time() - t)
+    return timed
+
+
 class ClientSideClock:
     """CPU time of the engine's client side outside the learning: every ``engines.grid.handle`` call (copies,
     ClientApp glue, records, model pool, client state) minus the trainer's ``local_train`` and ``evaluate``
@@ -100,16 +111,59 @@ class ClientSideClock:
                 setattr(mod, name, fn)
 
     def _timed(self, fn, field: str):
-        def timed(*a, **k):
-            t = time.process_time()
-            try:
-                return fn(*a, **k)
-            finally:
-                setattr(self, field, getattr(self, field) + time.process_time() - t)
-        return timed
+        return cpu_timed(fn, lambda seconds: setattr(self, field, getattr(self, field) + seconds))
 
     def outside_learning(self) -> float:
         return self.handle - self.learning
+
+
+# (label, module, attribute): client-side steps timed per call in the engine run with real learning and with
+# the learning stubbed (:class:`StepClocks`). The last one is shared with the plain loop.
+STEPS = (("engine: boundary copies (message in, reply out)", "engines.delivery", "copy_message"),
+         ("ClientApp: received arrays as views", "client_app.app", "record_views"),
+         ("ClientApp: model from the pool + weights loaded", "client_app.app", "_model"),
+         ("trainer: reply parameters (model views)", "client_app.trainers.base:Trainer", "reply_params"),
+         ("ClientApp: reply arrays encoded", "client_app.app", "params_to_record"),
+         ("shuffling generator (the plain loop runs it too)", "client_app.app", "_generator"))
+
+
+class StepClocks:
+    """CPU time per call of the :data:`STEPS` (the model pool's ``give_back`` is not wrapped: it counts the
+    references to the model, and a wrapper's would make it refuse every model)."""
+
+    def __init__(self) -> None:
+        self.seconds = {label: 0.0 for label, _, _ in STEPS}
+        self.calls = {label: 0 for label, _, _ in STEPS}
+
+    @staticmethod
+    def _owner(path: str):
+        import importlib
+
+        module, _, cls = path.partition(":")
+        owner = importlib.import_module(module)
+        return getattr(owner, cls) if cls else owner
+
+    @contextlib.contextmanager
+    def installed(self) -> Iterator[None]:
+        saved = []
+        for label, path, attr in STEPS:
+            owner = self._owner(path)
+            saved.append((owner, attr, owner.__dict__[attr]))
+            setattr(owner, attr, self._timed(owner.__dict__[attr], label))
+        try:
+            yield
+        finally:
+            for owner, attr, fn in saved:
+                setattr(owner, attr, fn)
+
+    def _timed(self, fn, label: str):
+        def record(seconds: float) -> None:
+            self.seconds[label] += seconds
+            self.calls[label] += 1
+        return cpu_timed(fn, record)
+
+    def per_call_us(self) -> dict[str, float]:
+        return {k: self.seconds[k] / self.calls[k] * 1e6 for k in self.seconds if self.calls[k]}
 
 
 def real_learning(repeats: int, plain, engine) -> dict[str, list[float]]:
@@ -123,13 +177,7 @@ def real_learning(repeats: int, plain, engine) -> dict[str, list[float]]:
     originals = {mod: mod.local_train for mod in (plain_loop, base)}
 
     def timed(original):
-        def local_train(*a, **k):
-            t = time.process_time()
-            try:
-                return original(*a, **k)
-            finally:
-                spent[0] += time.process_time() - t
-        return local_train
+        return cpu_timed(original, lambda seconds: spent.__setitem__(0, spent[0] + seconds))
 
     out: dict[str, list[float]] = {f"{v}_{k}": [] for v in ("plain", "engine")
                                    for k in ("cpu_per_round_s", "train_per_round_s")}
@@ -193,7 +241,15 @@ def main() -> None:
         plain_fedavg(workload(args.rounds, tmp, args.dataset, 0), args.clients, on_round=lambda r, t: tick())
 
     real = real_learning(args.repeats, plain, engine)
-    stub_learning()
+    steps = {}
+    with tempfile.TemporaryDirectory(prefix="bench_profile_steps_") as tmp:
+        for mode in ("real", "stubbed"):
+            if mode == "stubbed":
+                stub_learning()
+            clocks = StepClocks()
+            with clocks.installed():
+                engine(lambda: None, tmp)
+            steps[mode] = clocks.per_call_us()
     plain_s, engine_s, client_s = [], [], []
     with tempfile.TemporaryDirectory(prefix="bench_profile_") as tmp:
         for _ in range(args.repeats):
@@ -221,7 +277,8 @@ def main() -> None:
     out = {"machine": started, "args": vars(args), "plain_cpu_per_round_s": plain_s, "engine_cpu_per_round_s": engine_s,
            "overhead_cpu_per_round_s": overhead, "overhead_per_client_us": overhead / args.clients * 1e6,
            "profile_share_of_run": profile, "real": real,
-           "engine_client_side_stubbed_per_round_s": client_s, "loadavg_after": list(os.getloadavg())}
+           "engine_client_side_stubbed_per_round_s": client_s, "steps_us_per_call": steps,
+           "loadavg_after": list(os.getloadavg())}
     print(f"learning stubbed, CPU per round (best of {args.repeats}): plain {min(plain_s) * 1e3:.2f} ms, engine "
           f"{min(engine_s) * 1e3:.2f} ms -> engine overhead {overhead * 1e3:.2f} ms per round "
           f"({out['overhead_per_client_us']:.0f} us per client)")
@@ -232,6 +289,8 @@ def main() -> None:
           f"{min(real['engine_cpu_per_round_s']) * 1e3:.2f} ms (local training {min(real['engine_train_per_round_s']) * 1e3:.2f})")
     print(f"engine client side outside the learning, CPU per round (best of {args.repeats}): real learning "
           f"{min(real['engine_client_side_per_round_s']) * 1e3:.2f} ms, stubbed {min(client_s) * 1e3:.2f} ms")
+    for label in steps["real"]:
+        print(f"  {label}: {steps['stubbed'][label]:.1f} us per call stubbed, {steps['real'][label]:.1f} real")
     print(f"wrote {write_result(args.name, out)}")
 
 

@@ -186,6 +186,11 @@ def _profile(profile: Doc, mnist: Doc | None, digits: Doc | None) -> list[str]:
         if client_real and client_stub:
             out += T.lines("profile_cold", real=f(min(client_real) * 1e3, 2), stub=f(min(client_stub) * 1e3, 2),
                            factor=f(min(client_real) / min(client_stub), 2))
+        steps = profile.get("steps_us_per_call")
+        if steps:
+            rows = [[label, f(steps["stubbed"][label], 1), f(us, 1), f(us / steps["stubbed"][label], 2) + "x"]
+                    for label, us in steps["real"].items() if label in steps["stubbed"]]
+            out += T.table("profile_steps", rows, rounds=a["rounds"])
     return out + T.lines("profile_reading", plain_ms=f(plain_ms, 1),
                          overhead_ms=f(profile["overhead_cpu_per_round_s"] * 1e3, 1), goal=f(ENGINE_PLAIN_MAX),
                          allowed_ms=f(0.10 * plain_ms, 1) if plain_ms else f(None),  # 0.10: ENGINE_PLAIN_MAX - 1

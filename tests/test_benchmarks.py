@@ -136,6 +136,56 @@ def test_exchange_clock_records_every_exchange_of_an_in_process_run(tmp_path):
     assert driver.exchange is ex.exchange                                          # unwrapped afterwards
 
 
+def test_round_clock_reads_the_tree_cpu_only_where_the_steady_state_needs_it(tmp_path):
+    """With ``cpu_each_round=False`` the process tree's CPU (a /proc scan, ~0.8 ms) is read on the lines of
+    rounds 1 and R-1 and on lines that are not round lines, never on the others; bench_overhead's per-round
+    CPU is then the mean over rounds 2 .. R-1."""
+    from benchmarks.bench_overhead import _measure
+    from benchmarks.harness import run_inprocess, steady_bound_round
+
+    assert [steady_bound_round(f"[round {k}/5] G-FL acc 0.1") for k in range(1, 6)] == [True, False, False, True, False]
+    assert steady_bound_round("fedavg on digits (dirichlet), 3 clients, 5 rounds -> out")
+    over = {"dataset": "digits", "model": "logistic", "num-server-rounds": 5, "checkpoint": False,
+            "out-dir": str(tmp_path)}
+    run = run_inprocess(over, num_nodes=3, cpu_each_round=False)
+    cpu = run["round_end_cpu"]
+    assert len(cpu) == 5 and [c is None for c in cpu] == [False, True, True, False, True]
+    assert cpu[3] >= cpu[0] >= run["cpu_start"]
+    out = _measure(run["t_start"], run["cpu_start"], run["round_ends"], cpu, [0.0] * 5)
+    assert out["cpu_per_round_s"] == pytest.approx((cpu[3] - cpu[0]) / 3)
+    with pytest.raises(ValueError, match="round 1 and round R-1"):
+        _measure(0.0, 0.0, [1.0, 2.0, 3.0], [1.0, None, None], [0.0] * 3)
+
+
+def test_tree_cpu_seconds_counts_this_process_finely_and_its_children():
+    """This process's CPU comes from getrusage (microseconds, not /proc's 10 ms ticks) and a child's CPU is
+    counted while it runs and after it is reaped."""
+    import subprocess
+    import sys
+    import time
+
+    from benchmarks.harness import tree_cpu_seconds
+
+    a = tree_cpu_seconds()
+    x = 0
+    t = time.process_time()
+    while time.process_time() - t < 0.003:  # 3 ms of work: below one /proc tick
+        x += 1
+    assert tree_cpu_seconds() - a >= 0.003
+    before = tree_cpu_seconds()
+    child = subprocess.Popen([sys.executable, "-c", "import time\nt = time.process_time()\n"
+                              "while time.process_time() - t < 0.3: pass\ntime.sleep(30)"])
+    try:
+        deadline = time.time() + 20
+        while tree_cpu_seconds() - before < 0.25 and time.time() < deadline:  # live child, read from /proc
+            time.sleep(0.05)
+        assert tree_cpu_seconds() - before >= 0.25
+    finally:
+        child.kill()
+        child.wait()
+    assert tree_cpu_seconds() - before >= 0.25  # reaped: now in RUSAGE_CHILDREN
+
+
 def test_bench_overhead_set_parses_typed_run_config_overrides():
     from benchmarks.bench_overhead import overrides
 
