@@ -210,6 +210,51 @@ def per_round_cpu(fn, clock=time.process_time) -> float:
     return (ends[-1] - ends[0]) / (len(ends) - 1)
 
 
+def cold_probe(dataset: str, calls: int = 300) -> dict[str, float]:
+    """Microseconds of one small piece of Python (the ClientApp's shuffling-generator setup, which the plain
+    loop runs too) right after each of a few operations on one client's data: what a step that follows a
+    local training pays, against one that follows a pass over the same amount of data, or nothing."""
+    import numpy as np
+    import torch.nn.functional as F
+
+    from client_app.app import _generator
+    from client_app.training import OptimConfig, evaluate, local_train
+    from data_partitioning.federated import client_arrays
+    from flcore.config import RunConfig, resolve_run_config
+    from models import build_model
+
+    cfg = RunConfig.from_dict(resolve_run_config({"dataset": dataset}))
+    arr = client_arrays(cfg, 0, 10)
+    x, y = torch.as_tensor(arr.x_train), torch.as_tensor(arr.y_train)
+    model = build_model(cfg, tuple(x.shape[1:]), arr.num_classes)
+    optim = OptimConfig(lr=cfg.lr, epochs=cfg.local_epochs, batch_size=cfg.batch_size, momentum=cfg.momentum,
+                        weight_decay=cfg.weight_decay, max_steps=cfg.max_local_steps)
+    stream = np.zeros(4 * 2 ** 20 // 8)
+
+    def forward_backward() -> None:
+        model.zero_grad(set_to_none=True)
+        F.cross_entropy(model(x[:cfg.batch_size]), y[:cfg.batch_size]).backward()
+
+    before = {"nothing": lambda: None,
+              "a local training (one client, one epoch)": lambda: local_train(
+                  model, x, y, optim, generator=torch.Generator().manual_seed(0)),
+              "an evaluation of the client's data": lambda: evaluate(model, x, y),
+              "one forward + backward pass of one batch": forward_backward,
+              "streaming 4 MiB of data (read + write)": lambda: np.add(stream, 1.0, out=stream),
+              "nothing (again)": lambda: None}
+    out = {}
+    for label, op in before.items():
+        op()
+        total = 0.0
+        for i in range(calls):
+            op()
+            t = time.perf_counter()
+            _generator(cfg, 1, i, "train")
+            total += time.perf_counter() - t
+        out[label] = total / calls * 1e6
+    return out
+
+
 def main() -> None:
     from benchmarks.bench_overhead import workload
     from benchmarks.harness import machine, write_result
@@ -240,6 +285,7 @@ def main() -> None:
     def plain(tick, tmp):
         plain_fedavg(workload(args.rounds, tmp, args.dataset, 0), args.clients, on_round=lambda r, t: tick())
 
+    probe = cold_probe(args.dataset, calls=300)  # (before any stubbing)
     real = real_learning(args.repeats, plain, engine)
     steps = {}
     with tempfile.TemporaryDirectory(prefix="bench_profile_steps_") as tmp:
@@ -277,7 +323,7 @@ def main() -> None:
     out = {"machine": started, "args": vars(args), "plain_cpu_per_round_s": plain_s, "engine_cpu_per_round_s": engine_s,
            "overhead_cpu_per_round_s": overhead, "overhead_per_client_us": overhead / args.clients * 1e6,
            "profile_share_of_run": profile, "real": real,
-           "engine_client_side_stubbed_per_round_s": client_s, "steps_us_per_call": steps,
+           "engine_client_side_stubbed_per_round_s": client_s, "steps_us_per_call": steps, "cold_probe_us": probe, "cold_probe_calls": 300,
            "loadavg_after": list(os.getloadavg())}
     print(f"learning stubbed, CPU per round (best of {args.repeats}): plain {min(plain_s) * 1e3:.2f} ms, engine "
           f"{min(engine_s) * 1e3:.2f} ms -> engine overhead {overhead * 1e3:.2f} ms per round "
@@ -289,6 +335,8 @@ def main() -> None:
           f"{min(real['engine_cpu_per_round_s']) * 1e3:.2f} ms (local training {min(real['engine_train_per_round_s']) * 1e3:.2f})")
     print(f"engine client side outside the learning, CPU per round (best of {args.repeats}): real learning "
           f"{min(real['engine_client_side_per_round_s']) * 1e3:.2f} ms, stubbed {min(client_s) * 1e3:.2f} ms")
+    for label, us in probe.items():
+        print(f"  the shuffling generator's set-up after {label}: {us:.1f} us")
     for label in steps["real"]:
         print(f"  {label}: {steps['stubbed'][label]:.1f} us per call stubbed, {steps['real'][label]:.1f} real")
     print(f"wrote {write_result(args.name, out)}")

@@ -191,6 +191,10 @@ def _profile(profile: Doc, mnist: Doc | None, digits: Doc | None) -> list[str]:
             rows = [[label, f(steps["stubbed"][label], 1), f(us, 1), f(us / steps["stubbed"][label], 2) + "x"]
                     for label, us in steps["real"].items() if label in steps["stubbed"]]
             out += T.table("profile_steps", rows, rounds=a["rounds"])
+    probe = profile.get("cold_probe_us")
+    if probe:
+        out += T.table("profile_probe", [[label, f(us, 1)] for label, us in probe.items()],
+                       calls=profile.get("cold_probe_calls", "?"))
     return out + T.lines("profile_reading", plain_ms=f(plain_ms, 1),
                          overhead_ms=f(profile["overhead_cpu_per_round_s"] * 1e3, 1), goal=f(ENGINE_PLAIN_MAX),
                          allowed_ms=f(0.10 * plain_ms, 1) if plain_ms else f(None),  # 0.10: ENGINE_PLAIN_MAX - 1
