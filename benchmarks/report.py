@@ -81,7 +81,7 @@ def render(results: Results | None = None, doc_dir: Path = DOC.parent) -> str:
                                  r.text("deployment_state"))
     lines += blocks("gpu").lines("gpu") + blocks("fixes").lines("fixes")
     lines += section_engine(ov, ovs, pfl, startup, r.json("scale_engine"), r.json("engine_profile"),
-                            r.json("instructions"))
+                            r.json("instructions"), r.json("client_floor"))
     return "\n".join(lines).rstrip() + "\n"
 
 

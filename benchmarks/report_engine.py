@@ -122,7 +122,8 @@ def engine_targets(ov: Doc | None, ovs: Doc | None, pfl: dict[str, Doc | None], 
 
 
 def section_engine(ov: Doc | None, ovs: Doc | None, pfl: dict[str, Doc | None], startup: Doc | None,
-                   scale: Doc | None, profile: Doc | None, instructions: Doc | None = None) -> list[str]:
+                   scale: Doc | None, profile: Doc | None, instructions: Doc | None = None,
+                   floor: Doc | None = None) -> list[str]:
     out = T.lines("intro") + T.table("targets", engine_targets(ov, ovs, pfl, startup, scale)[0])
     for key, p in pfl.items():
         if p is None:
@@ -138,7 +139,7 @@ def section_engine(ov: Doc | None, ovs: Doc | None, pfl: dict[str, Doc | None], 
                                     rng(v["imports_s"], 2)] for key, v in startup["summary"].items()],
                        machine=machine_line(startup), repeats=startup["args"]["repeats"])
     if profile is not None:
-        out += _profile(profile, _cfg(ov, 1), _cfg(ovs, 1))
+        out += _profile(profile, _cfg(ov, 1), _cfg(ovs, 1), floor)
     if instructions is not None:
         out += _instructions(instructions)
     return out + T.lines("gpu")
@@ -153,7 +154,7 @@ def _instructions(doc: Doc) -> list[str]:
                    engine=f(doc["inprocess_per_round"] / 1e6, 1), ratio=f(doc["ratio"], 3))
 
 
-def _profile(profile: Doc, mnist: Doc | None, digits: Doc | None) -> list[str]:
+def _profile(profile: Doc, mnist: Doc | None, digits: Doc | None, floor: Doc | None = None) -> list[str]:
     """Where the engine's remaining overhead goes (bench_engine_profile), read against the digits plain round."""
     a, share = profile["args"], profile["profile_share_of_run"]
     out = T.table("profile", [[k.replace("  ", "&nbsp;&nbsp;"), f"{v * 100:.1f}%"] for k, v in share.items()],
@@ -191,6 +192,14 @@ def _profile(profile: Doc, mnist: Doc | None, digits: Doc | None) -> list[str]:
             rows = [[label, f(steps["stubbed"][label], 1), f(us, 1), f(us / steps["stubbed"][label], 2) + "x"]
                     for label, us in steps["real"].items() if label in steps["stubbed"]]
             out += T.table("profile_steps", rows, rounds=a["rounds"])
+    if floor:
+        fa, best, paired = floor["args"], floor["best_ratio_to_plain"], floor["paired_ratio_to_plain"]
+        cpu = {k: f(min(v) * 1e3, 2) for k, v in floor["cpu_per_round_s"].items()}
+        out += T.lines("profile_floor", dataset=fa["dataset"], rounds=fa["rounds"], repeats=fa["repeats"],
+                       machine=machine_line(floor), identical="yes" if floor["identical_accuracy"] else "NO",
+                       plain=cpu["plain"], real=cpu["real ClientApp"], minimal=cpu["minimal ClientApp"],
+                       real_best=f(best["real ClientApp"], 3), minimal_best=f(best["minimal ClientApp"], 3),
+                       real_median=rng(paired["real ClientApp"], 3), minimal_median=rng(paired["minimal ClientApp"], 3))
     probe = profile.get("cold_probe_us")
     if probe:
         out += T.table("profile_probe", [[label, f(us, 1)] for label, us in probe.items()],

@@ -4,6 +4,7 @@ No timing is asserted anywhere: timings are what the benchmarks report, not what
 
 from __future__ import annotations
 
+import json
 import math
 from collections import OrderedDict
 
@@ -250,3 +251,20 @@ def test_callgrind_annotate_lines_become_per_function_counts():
 """
     assert parse_annotate(text) == {"???:mkl_sgemm_kernel": 243_406_890,
                                     "ceval.c:_PyEval_EvalFrameDefault'2": 45_204_502}
+
+
+def test_the_minimal_client_app_learns_exactly_as_the_real_one(tmp_path):
+    """bench_client_floor's minimal ClientApp is only a fair floor if it does the real ClientApp's learning:
+    the same global accuracy and loss in every round, and the same client metrics."""
+    from benchmarks.bench_client_floor import VARIANTS, engine_round_cpu
+
+    over = {"dataset": "digits", "num-server-rounds": 3, "checkpoint": False, "seed": 3,
+            "federated-eval-every": 0}
+    accuracies = [engine_round_cpu({**over, "out-dir": str(tmp_path / name.replace(" ", "-"))}, 4, app)[1]
+                  for name, app in VARIANTS.items()]
+    assert accuracies[0] == accuracies[1] and len(accuracies[0]) == 3
+    rounds = [json.loads((tmp_path / name.replace(" ", "-") / "results.json").read_text())["rounds"]
+              for name in VARIANTS]
+    for real, minimal in zip(*rounds):
+        assert real["global_loss"] == minimal["global_loss"]
+        assert real["local_accuracy"] == minimal["local_accuracy"]
