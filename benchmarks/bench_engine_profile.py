@@ -210,10 +210,14 @@ def per_round_cpu(fn, clock=time.process_time) -> float:
     return (ends[-1] - ends[0]) / (len(ends) - 1)
 
 
-def cold_probe(dataset: str, calls: int = 300) -> dict[str, float]:
+PROBE_CALLS = 300
+
+
+def cold_probe(dataset: str, calls: int = PROBE_CALLS) -> dict[str, float]:
     """Microseconds of one small piece of Python (the ClientApp's shuffling-generator setup, which the plain
     loop runs too) right after each of a few operations on one client's data: what a step that follows a
-    local training pays, against one that follows a pass over the same amount of data, or nothing."""
+    local training pays, against one that follows an evaluation, one batch's forward and backward pass, a
+    stream of 4 MiB of data through the caches, or nothing."""
     import numpy as np
     import torch.nn.functional as F
 
@@ -285,7 +289,7 @@ def main() -> None:
     def plain(tick, tmp):
         plain_fedavg(workload(args.rounds, tmp, args.dataset, 0), args.clients, on_round=lambda r, t: tick())
 
-    probe = cold_probe(args.dataset, calls=300)  # (before any stubbing)
+    probe = cold_probe(args.dataset)  # (before any stubbing)
     real = real_learning(args.repeats, plain, engine)
     steps = {}
     with tempfile.TemporaryDirectory(prefix="bench_profile_steps_") as tmp:
@@ -323,8 +327,8 @@ def main() -> None:
     out = {"machine": started, "args": vars(args), "plain_cpu_per_round_s": plain_s, "engine_cpu_per_round_s": engine_s,
            "overhead_cpu_per_round_s": overhead, "overhead_per_client_us": overhead / args.clients * 1e6,
            "profile_share_of_run": profile, "real": real,
-           "engine_client_side_stubbed_per_round_s": client_s, "steps_us_per_call": steps, "cold_probe_us": probe, "cold_probe_calls": 300,
-           "loadavg_after": list(os.getloadavg())}
+           "engine_client_side_stubbed_per_round_s": client_s, "steps_us_per_call": steps, "cold_probe_us": probe,
+           "cold_probe_calls": PROBE_CALLS, "loadavg_after": list(os.getloadavg())}
     print(f"learning stubbed, CPU per round (best of {args.repeats}): plain {min(plain_s) * 1e3:.2f} ms, engine "
           f"{min(engine_s) * 1e3:.2f} ms -> engine overhead {overhead * 1e3:.2f} ms per round "
           f"({out['overhead_per_client_us']:.0f} us per client)")

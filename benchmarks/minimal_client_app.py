@@ -5,7 +5,7 @@ global model evaluated on the local test split, one local training with the same
 model evaluated, the trained weights and the same metrics sent back. So a federation's numbers are identical
 (``bench_client_floor`` checks it). Left out is everything the real ClientApp adds per message: the model
 pool's proofs that a reused model is as good as new, client-state binding and checkpointable state, the method
-registry and trainer objects, device choice, per-message config checks. One model per (input shape, classes)
+registry and trainer objects, device choice, per-message config checks. One model per (run config, input shape, classes)
 is kept for the process and reused unchecked, which is only right for a method that leaves the model's
 structure alone (FedAvg). Query and evaluate messages go to the real ClientApp's handlers.
 
@@ -33,10 +33,11 @@ _MODELS: dict[tuple, torch.nn.Module] = {}
 def train(msg: Message, context: Context) -> Message:
     cfg = real._config(msg, context)
     cid, data = real.load_client_data(cfg, context.node_config, torch.device("cpu"))
-    key = (tuple(data.x_train.shape[1:]), data.num_classes)
+    shape, classes = tuple(data.x_train.shape[1:]), data.num_classes
+    key = (real._cfg_keys(cfg)[1], shape, classes)  # every run-config value: another model config builds anew
     model = _MODELS.get(key)
     if model is None:
-        model = _MODELS[key] = build_model(cfg, *key)
+        model = _MODELS[key] = build_model(cfg, shape, classes)
     with torch.no_grad():
         for (_, tensor), value in zip(model.state_dict(keep_vars=True).items(),
                                       record_views(msg.content["arrays"]).values()):

@@ -174,6 +174,7 @@ def test_tree_cpu_seconds_counts_this_process_finely_and_its_children():
     while time.process_time() - t < 0.003:  # 3 ms of work: below one /proc tick
         x += 1
     assert tree_cpu_seconds() - a >= 0.003
+
     def others() -> float:  # the tree's CPU minus this process's own
         me = resource.getrusage(resource.RUSAGE_SELF)
         return tree_cpu_seconds() - me.ru_utime - me.ru_stime
