@@ -22,6 +22,12 @@ caller then overwrites with the received ones, exactly as a new model's would be
 
 What the check cannot prove (a trainer that keeps the model, flips a flag, registers a hook) simply costs
 a rebuild. ``POOL.enabled = False`` turns reuse off.
+
+Keys are the whole run config (any key may shape the model), so every run of a sweep in one process brings
+a new key: the pool keeps the ``max_keys`` most recently used ones and forgets the least recently used
+(its free models go). It used to stop taking new keys once full, which after eight runs in one process
+rebuilt the model for every message from then on (measured on the digits job: 23.3 -> 31.7 ms CPU per
+round from the ninth run).
 """
 
 from __future__ import annotations
@@ -130,14 +136,17 @@ class ModelPool:
     def __init__(self, max_keys: int = 8, per_key: int = 2, max_out: int = 8) -> None:
         self.enabled = True
         self.max_keys, self.per_key, self.max_out = max_keys, per_key, max_out
-        self._entries: dict[Any, _Entry] = {}
-        self._out: OrderedDict[int, tuple[Any, _Instance]] = OrderedDict()  # id(model) -> handed-out instance
+        self._entries: OrderedDict[Any, _Entry] = OrderedDict()  # least recently used first
+        # id(model) -> (key, handed-out instance, the key's entry then: a forgotten key's models stay out)
+        self._out: OrderedDict[int, tuple[Any, _Instance, _Entry]] = OrderedDict()
         self.builds = 0
         self.reuses = 0
 
     def get(self, key: Any, build: Callable[[], nn.Module], seed: int) -> nn.Module:
         """A model in its freshly built condition (weights as built or as last used: load yours)."""
         entry = self._entries.get(key) if self.enabled else None
+        if entry is not None:
+            self._entries.move_to_end(key)  # most recently used last; the first is forgotten when full
         if entry is not None and entry.free:
             inst = entry.free.pop()
             torch.set_rng_state(entry.rng)
@@ -147,12 +156,14 @@ class ModelPool:
         else:
             model = build()
             self.builds += 1
-            if not self.enabled or (entry is None and len(self._entries) >= self.max_keys):
+            if not self.enabled or self.max_keys < 1:
                 return model
             if entry is None:
+                while len(self._entries) >= self.max_keys:  # forget the least recently used key
+                    self._entries.popitem(last=False)
                 entry = self._entries[key] = _Entry(torch.get_rng_state())
             inst = _Instance(model)
-        self._out[id(inst.model)] = (key, inst)
+        self._out[id(inst.model)] = (key, inst, entry)
         while len(self._out) > self.max_out:  # never given back (its message raised): forget the oldest
             self._out.popitem(last=False)
         return inst.model
@@ -185,10 +196,10 @@ class ModelPool:
         handed = self._out.pop(id(model), None)
         if handed is None or handed[1].model is not model:
             return False
-        key, inst = handed
+        key, inst, owner = handed
         del handed
         entry = self._entries.get(key)
-        if entry is None or len(entry.free) >= self.per_key:
+        if entry is None or entry is not owner or len(entry.free) >= self.per_key:
             return False
         # the caller's variable, this argument, getrefcount's argument, inst.model and inst.modules[0]:
         # anything more is a reference kept outside the handler

@@ -139,3 +139,50 @@ def test_loading_checks_names_and_shapes_like_load_state_dict(setup):
         pool.load(model, missing)
     pool.load(model, params)
     assert all(torch.equal(model.state_dict()[k], torch.from_numpy(v)) for k, v in params.items())
+
+
+def test_the_pool_forgets_its_least_recently_used_key_and_keeps_taking_new_ones(setup):
+    """A sweep in one process brings a new key per run: the pool must keep pooling the newest ones (it used to
+    stop taking keys once full, and every later message rebuilt its model)."""
+    cfg, params, _, build = setup
+    pool = ModelPool(max_keys=2)
+
+    def use(key):
+        model = pool.get(key, build, 0)
+        pool.load(model, params)
+        assert pool.give_back(model)
+
+    for key in ("a", "b", "a", "c"):  # c arrives when full: b, the least recently used, is forgotten
+        use(key)
+    assert list(pool._entries) == ["a", "c"] and pool.builds == 3 and pool.reuses == 1
+    use("c")
+    use("a")
+    assert pool.builds == 3 and pool.reuses == 3
+    use("b")  # forgotten: built anew, and c (least recently used now) goes
+    assert pool.builds == 4 and list(pool._entries) == ["a", "b"]
+
+
+def test_a_model_whose_key_was_forgotten_while_out_is_not_taken_back(setup):
+    cfg, params, _, build = setup
+    pool = ModelPool(max_keys=1)
+    out = pool.get("a", build, 0)
+    first = pool.get("b", build, 0)  # "a" is forgotten while its model is out
+    assert pool.give_back(first)
+    del first
+    again = pool.get("a", build, 0)  # "a" is a new entry now, and "b" is forgotten
+    assert not pool.give_back(out)  # the old entry's model: not mixed into the new one's
+    assert pool.give_back(again) and [len(e.free) for e in pool._entries.values()] == [1]
+
+
+def test_many_runs_in_one_process_keep_reusing_models(tmp_path):
+    """Ten runs in one process (every run config differs by its out-dir): the last one still reuses the model for
+    all but its first message (measured before the fix: from the ninth run on, 200 builds per 20-round run)."""
+    from client_app.model_pool import POOL
+    from engines.local import run_local
+
+    job = {"dataset": "digits", "model": "logistic", "num-server-rounds": 2, "checkpoint": False,
+           "federated-eval-every": 0}
+    for k in range(POOL.max_keys + 2):
+        builds, reuses = POOL.builds, POOL.reuses
+        run_local({**job, "out-dir": str(tmp_path / str(k))}, 3, engine="inprocess", workers=1)
+    assert POOL.builds - builds == 1 and POOL.reuses - reuses == 2 * 3 - 1
