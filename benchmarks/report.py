@@ -9,6 +9,7 @@ Inputs (each optional; a missing one is reported as not measured):
     engine.json                          benchmarks.bench_engine
     gne.json                             benchmarks.bench_gne (FedRANE: GNE vs model size and K, LRA step)
     deployment.txt                       captured stdout of benchmarks.bench_deployment
+    sweep.json, sweep_before_fix.json    benchmarks.bench_sweep (now, and at commit 5d51707)
 
 This module only loads the files and puts the sections in order: each section is built by its module
 (benchmarks/report_overhead.py, _methods, _scale, _deployment, _engine, _summary) from the prose in
@@ -81,7 +82,7 @@ def render(results: Results | None = None, doc_dir: Path = DOC.parent) -> str:
                                  r.text("deployment_state"))
     lines += blocks("gpu").lines("gpu") + blocks("fixes").lines("fixes")
     lines += section_engine(ov, ovs, pfl, startup, r.json("scale_engine"), r.json("engine_profile"),
-                            r.json("instructions"), r.json("client_floor"))
+                            r.json("instructions"), r.json("client_floor"), (r.json("sweep_before_fix"), r.json("sweep")))
     return "\n".join(lines).rstrip() + "\n"
 
 

@@ -123,7 +123,7 @@ def engine_targets(ov: Doc | None, ovs: Doc | None, pfl: dict[str, Doc | None], 
 
 def section_engine(ov: Doc | None, ovs: Doc | None, pfl: dict[str, Doc | None], startup: Doc | None,
                    scale: Doc | None, profile: Doc | None, instructions: Doc | None = None,
-                   floor: Doc | None = None) -> list[str]:
+                   floor: Doc | None = None, sweeps: tuple[Doc | None, Doc | None] = (None, None)) -> list[str]:
     out = T.lines("intro") + T.table("targets", engine_targets(ov, ovs, pfl, startup, scale)[0])
     for key, p in pfl.items():
         if p is None:
@@ -138,11 +138,23 @@ def section_engine(ov: Doc | None, ovs: Doc | None, pfl: dict[str, Doc | None], 
                                     rng(v["startup_from_call_s"], 2), rng(v["cpu_startup_from_call_s"], 2),
                                     rng(v["imports_s"], 2)] for key, v in startup["summary"].items()],
                        machine=machine_line(startup), repeats=startup["args"]["repeats"])
+    if sweeps[1] is not None:
+        out += _sweep(*sweeps)
     if profile is not None:
         out += _profile(profile, _cfg(ov, 1), _cfg(ovs, 1), floor)
     if instructions is not None:
         out += _instructions(instructions)
     return out + T.lines("gpu")
+
+
+def _sweep(before: Doc | None, now: Doc) -> list[str]:
+    """Runs of a sweep in one process (bench_sweep): the last runs against the first, before the fixes and now."""
+    a = now["args"]
+    rows = [[label, f(d["first3_cpu_per_round_s"] * 1e3, 2) + " ms", f(d["last3_cpu_per_round_s"] * 1e3, 2) + " ms",
+             f(d["last3_over_first3"], 3), str(d["max_model_builds_after_first"]), f"{d['rss_growth_mib_per_run']:+.2f} MiB"]
+            for label, d in ((T.text("sweep_before"), before), (T.text("sweep_now"), now)) if d is not None]
+    return T.table("sweep", rows, dataset=a["dataset"], clients=a["clients"], rounds=a["rounds"], runs=a["runs"],
+                   last_runs=f"{a['runs'] - 2}-{a['runs']}", machine=machine_line(now))
 
 
 def _instructions(doc: Doc) -> list[str]:

@@ -269,3 +269,21 @@ def test_the_minimal_client_app_learns_exactly_as_the_real_one(tmp_path):
     for real, minimal in zip(*rounds):
         assert real["global_loss"] == minimal["global_loss"]
         assert real["local_accuracy"] == minimal["local_accuracy"]
+
+
+def test_the_sweep_benchmark_sees_every_run_reuse_its_model_and_summarises_its_rows(tmp_path):
+    """bench_sweep: each run of a sweep (a new run config each time) builds its model once, however many runs
+    came before it in the process; the summary compares the last three runs with the first three."""
+    from benchmarks.bench_sweep import sweep, summarise
+    from client_app.model_pool import POOL
+
+    runs = POOL.max_keys + 2
+    rows = sweep("digits", 2, 3, runs, str(tmp_path))
+    assert [r["run"] for r in rows] == list(range(1, runs + 1))
+    assert [r["model_builds"] for r in rows] == [1] * runs  # 2 clients x 3 rounds = 6 messages per run
+    assert all(r["cpu_per_round_s"] > 0 and r["rss_mib"] > 0 for r in rows)
+    fake = [{"run": k + 1, "cpu_per_round_s": c, "model_builds": b, "rss_mib": m}
+            for k, (c, b, m) in enumerate([(1, 1, 100), (2, 1, 101), (3, 1, 102), (4, 1, 103), (5, 6, 106), (6, 1, 108)])]
+    s = summarise(fake)
+    assert s["first3_cpu_per_round_s"] == 2 and s["last3_cpu_per_round_s"] == 5 and s["last3_over_first3"] == 2.5
+    assert s["rss_growth_mib_per_run"] == (108 - 102) / 3 and s["max_model_builds_after_first"] == 6
