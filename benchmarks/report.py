@@ -24,7 +24,7 @@ from typing import Any
 
 from benchmarks.harness import RESULTS_DIR
 from benchmarks.report_deployment import section_deployment
-from benchmarks.report_engine import engine_targets, section_engine
+from benchmarks.report_engine import engine_targets, section_engine, summary_lines
 from benchmarks.report_methods import section_gne, section_methods
 from benchmarks.report_overhead import section_overhead, workloads
 from benchmarks.report_scale import section_scale
@@ -73,6 +73,7 @@ def render(results: Results | None = None, doc_dir: Path = DOC.parent) -> str:
     before, sample, startup = r.json("scale_before_fix"), r.json("scale_eval_sample"), r.json("startup")
     pfl = {"mnist-5k": r.json("pfl_mnist-5k"), "digits": r.json("pfl_digits")}
     _, engine_lines = engine_targets(ov, ovs, pfl, startup, r.json("scale_engine"))
+    engine_lines += summary_lines(r.json("client_floor"), r.json("sweep"), r.json("sweep_before_fix"))
     lines = blocks("header").lines("header")
     lines += section_summary(ov, ovs, scale, engine, methods, before, gne, sample, engine_lines)
     lines += section_overhead(workloads(ov, ovs), engine)

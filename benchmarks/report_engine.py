@@ -147,6 +147,23 @@ def section_engine(ov: Doc | None, ovs: Doc | None, pfl: dict[str, Doc | None], 
     return out + T.lines("gpu")
 
 
+def summary_lines(floor: Doc | None, sweep: Doc | None, sweep_before: Doc | None = None) -> list[str]:
+    """Summary lines for the digits floor (bench_client_floor) and a sweep in one process (bench_sweep)."""
+    out = []
+    if floor:
+        best = floor["best_ratio_to_plain"]
+        real, minimal = best["real ClientApp"], best["minimal ClientApp"]
+        out.append(T.text("floor_line", minimal=f(minimal, 3), real=f(real, 3), repeats=floor["args"]["repeats"],
+                          features=f(real - minimal, 2)))
+    if sweep:
+        b = sweep_before or {}
+        out.append(T.text("sweep_line", runs=sweep["args"]["runs"], ratio=f(sweep["last3_over_first3"], 3),
+                          builds=sweep["max_model_builds_after_first"], growth=f"{sweep['rss_growth_mib_per_run']:+.2f}",
+                          before_ratio=f(b.get("last3_over_first3"), 3), before_builds=b.get("max_model_builds_after_first", "?"),
+                          before_growth=f"{b['rss_growth_mib_per_run']:+.2f}" if b else "?"))
+    return out
+
+
 def _sweep(before: Doc | None, now: Doc) -> list[str]:
     """Runs of a sweep in one process (bench_sweep): the last runs against the first, before the fixes and now."""
     a = now["args"]

@@ -287,3 +287,17 @@ def test_the_sweep_benchmark_sees_every_run_reuse_its_model_and_summarises_its_r
     s = summarise(fake)
     assert s["first3_cpu_per_round_s"] == 2 and s["last3_cpu_per_round_s"] == 5 and s["last3_over_first3"] == 2.5
     assert s["rss_growth_mib_per_run"] == (108 - 102) / 3 and s["max_model_builds_after_first"] == 6
+
+
+def test_report_summary_lines_for_the_floor_and_the_sweep():
+    from benchmarks.report_engine import summary_lines
+
+    floor = {"best_ratio_to_plain": {"real ClientApp": 1.16, "minimal ClientApp": 1.13}, "args": {"repeats": 5}}
+    sweep = {"args": {"runs": 24}, "last3_over_first3": 0.98, "max_model_builds_after_first": 1,
+             "rss_growth_mib_per_run": 0.04}
+    before = {**sweep, "last3_over_first3": 1.345, "max_model_builds_after_first": 100, "rss_growth_mib_per_run": 1.72}
+    floor_line, sweep_line = summary_lines(floor, sweep, before)
+    assert "1.130 of the plain loop" in floor_line and "1.160" in floor_line and "~0.03 of the ratio" in floor_line
+    assert "0.980, at most 1 model build(s)" in sweep_line and "+0.04 MiB" in sweep_line
+    assert "1.345, 100 builds per run, +1.72 MiB" in sweep_line
+    assert summary_lines(None, None) == []
