@@ -203,7 +203,6 @@ def solve_nash_newton(gram: np.ndarray, p0: np.ndarray | None = None, tol: float
     (:func:`nash_degenerate`); there f is unbounded below and no step count suffices.
     """
     m = _validate(gram)
-    k = m.shape[0]
     c = float(np.linalg.norm(m))
     if not c > 0:
         raise ValueError("Gram matrix is zero: no Nash-bargaining solution")
