@@ -44,7 +44,7 @@ from typing import Any
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 os.environ.setdefault("OMP_NUM_THREADS", "1")
 
-from benchmarks.harness import machine, write_result  # noqa: E402
+from benchmarks.harness import machine, memory_mib, write_result  # noqa: E402
 from benchmarks.stats import per_client_increment  # noqa: E402
 from deploy.localfed import LocalFederation, snapshot_app  # noqa: E402
 
@@ -89,22 +89,6 @@ def group_and_descendants(groups: dict[int, list[tuple[int, int]]], leader: int)
                 members[pid] = ppid
                 todo.append(pid)
     return list(members.items())
-
-
-def memory_mib(pid: int) -> tuple[float, float, float]:
-    """(RSS, PSS, USS) of one process in MiB, zeros if gone. RSS counts shared library pages in full,
-    PSS splits them among their users (sums to physical memory), USS counts private pages only (what
-    one more such process costs on a machine that already runs one)."""
-    vals = {"Rss": 0, "Pss": 0, "Private_Clean": 0, "Private_Dirty": 0}
-    try:
-        with open(f"/proc/{pid}/smaps_rollup") as fh:
-            for line in fh:
-                key, _, rest = line.partition(":")
-                if key in vals:
-                    vals[key] = int(rest.split()[0])
-    except (OSError, ValueError, IndexError):
-        pass
-    return vals["Rss"] / 1024, vals["Pss"] / 1024, (vals["Private_Clean"] + vals["Private_Dirty"]) / 1024
 
 
 def cpu_s(pid: int, children: bool = True) -> float:

@@ -29,16 +29,11 @@ import torch  # noqa: E402
 LRS = (0.02, 0.05, 0.1)
 
 
-def rss_mib() -> float:
-    """This process's resident memory now (not the peak), MiB."""
-    with open("/proc/self/statm") as fh:
-        return int(fh.read().split()[1]) * os.sysconf("SC_PAGE_SIZE") / 2 ** 20
-
-
 def sweep(dataset: str, clients: int, rounds: int, runs: int, out_dir: str) -> list[dict]:
     """One row per run: lr, CPU per round, model builds, resident MiB after the run."""
     from benchmarks.bench_client_floor import engine_round_cpu
     from benchmarks.bench_overhead import workload
+    from benchmarks.harness import memory_mib
     from client_app.model_pool import POOL
 
     rows = []
@@ -47,7 +42,7 @@ def sweep(dataset: str, clients: int, rounds: int, runs: int, out_dir: str) -> l
         builds = POOL.builds
         cpu, _ = engine_round_cpu(cfg, clients, "client_app.app:app")
         rows.append({"run": k + 1, "lr": cfg["lr"], "cpu_per_round_s": cpu, "model_builds": POOL.builds - builds,
-                     "rss_mib": rss_mib()})
+                     "rss_mib": memory_mib(os.getpid())[0]})  # resident now, not the peak
     return rows
 
 

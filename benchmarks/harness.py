@@ -63,6 +63,22 @@ def pss_mib(pid: int) -> float:
     return 0.0
 
 
+def memory_mib(pid: int) -> tuple[float, float, float]:
+    """(RSS, PSS, USS) of one process in MiB, zeros if gone. RSS counts shared library pages in full,
+    PSS splits them among their users (sums to physical memory), USS counts private pages only (what
+    one more such process costs on a machine that already runs one)."""
+    vals = {"Rss": 0, "Pss": 0, "Private_Clean": 0, "Private_Dirty": 0}
+    try:
+        with open(f"/proc/{pid}/smaps_rollup") as fh:
+            for line in fh:
+                key, _, rest = line.partition(":")
+                if key in vals:
+                    vals[key] = int(rest.split()[0])
+    except (OSError, ValueError, IndexError):
+        pass
+    return vals["Rss"] / 1024, vals["Pss"] / 1024, (vals["Private_Clean"] + vals["Private_Dirty"]) / 1024
+
+
 _TICKS = os.sysconf("SC_CLK_TCK") if hasattr(os, "sysconf") else 100
 
 
