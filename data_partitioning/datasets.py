@@ -5,12 +5,16 @@ Offline sets that work on a fresh machine: ``mnist-5k`` (the 5,000 MNIST images 
 official test split, so a seeded ``global-test-fraction`` is held out as the global test set.
 ``rotated-mnist`` is mnist-5k whose clients each see a rotation (applied in federated.py).
 torchvision sets (``mnist``, ``fmnist``, ``emnist-letters``, ``cifar10``, ``cifar100``) are read from
-``data-root``; with ``download = true`` torchvision fetches them when the network allows.
+``data-root``; with ``download = true`` torchvision fetches them when the network allows. ``fmnist`` is also
+read, in place, from the four IDX .gz files Debian's ``dataset-fashion-mnist`` package installs
+(:data:`SYSTEM_COPIES`) when ``data-root`` does not hold torchvision's copy: a user's own files win.
 """
 
 from __future__ import annotations
 
 import functools
+import gzip
+import struct
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -112,6 +116,62 @@ def missing_torchvision_files(name: str, root: str) -> list[Path]:
     return missing
 
 
+# Sets a Debian package installs as the original IDX .gz files: name -> (directory, package). Read in place.
+SYSTEM_COPIES: dict[str, tuple[Path, str]] = {
+    "fmnist": (Path("/usr/share/datasets/fashion-mnist"), "dataset-fashion-mnist"),
+}
+_IDX_MAGIC = {1: 0x801, 3: 0x803}  # unsigned-byte IDX files of 1 (labels) and 3 (images) dimensions
+
+
+def system_copy(name: str) -> Path | None:
+    """The directory holding all four IDX .gz files of ``name`` from its Debian package, or None."""
+    entry = SYSTEM_COPIES.get(name)
+    if entry is None or not all((entry[0] / f"{f}.gz").is_file() for f in _IDX):
+        return None
+    return entry[0]
+
+
+def system_copy_hint(name: str) -> str:
+    """What to say about ``name``'s packaged copy when neither it nor data-root has the files ('' if none)."""
+    entry = SYSTEM_COPIES.get(name)
+    if entry is None:
+        return ""
+    folder, package = entry
+    return (f"nor are its IDX .gz files in {folder} (Debian package {package}: "
+            f"apt-get install {package}, or bash .ci/deps.sh)")
+
+
+def read_idx_gz(path: Path, ndim: int, limit: int | None = None) -> np.ndarray:
+    """The unsigned-byte array of a gzipped IDX file (LeCun's MNIST format), read straight from the .gz;
+    only the first ``limit`` items when given (the rest is not decompressed)."""
+    with gzip.open(path, "rb") as fh:
+        head = fh.read(4 + 4 * ndim)
+        if len(head) < 4 + 4 * ndim:
+            raise DatasetError(f"{path}: too short for an IDX header of {ndim} dimension(s)")
+        magic, *dims = struct.unpack(f">{1 + ndim}I", head)
+        if magic != _IDX_MAGIC[ndim]:
+            raise DatasetError(f"{path}: IDX magic number {magic:#x}, expected {_IDX_MAGIC[ndim]:#x} "
+                               f"(unsigned bytes, {ndim} dimension(s))")
+        count = dims[0] if limit is None else min(int(limit), dims[0])
+        item = int(np.prod(dims[1:], dtype=np.int64))
+        data = fh.read(count * item)
+    if len(data) != count * item:
+        raise DatasetError(f"{path}: {len(data)} bytes of data where its header promises {count * item}")
+    return np.frombuffer(data, np.uint8).reshape(count, *dims[1:])
+
+
+def _packaged_idx(name: str, folder: Path, limit: int | None = None) -> Pool:
+    """``name``'s pool from the IDX .gz files in ``folder``: the official train and test splits,
+    normalised like the torchvision copy (the same arrays: tests/test_fmnist_data.py)."""
+    files = {f: folder / f"{f}.gz" for f in _IDX}
+    xtr, ytr, xte, yte = (read_idx_gz(files[f], 3 if "images" in f else 1, limit) for f in _IDX)
+    if len(xtr) != len(ytr) or len(xte) != len(yte):
+        raise DatasetError(f"{folder}: {len(xtr)}/{len(xte)} train/test images but {len(ytr)}/{len(yte)} labels")
+    ytr, yte = ytr.astype(np.int64), yte.astype(np.int64)
+    x_train, x_test = _normalise(xtr[:, None], name), _normalise(xte[:, None], name)
+    return Pool(name, x_train, ytr, x_test, yte, int(max(ytr.max(), yte.max()) + 1), tuple(x_train.shape[1:]))
+
+
 def _torchvision(name: str, root: str, download: bool) -> Pool:
     import torchvision.datasets as tvd
 
@@ -127,7 +187,10 @@ def _torchvision(name: str, root: str, download: bool) -> Pool:
     except (RuntimeError, OSError) as exc:
         hint = ("set download=true (needs network access)" if not download
                 else "the download failed (no network?); place the torchvision files there instead")
-        raise DatasetError(f"dataset '{name}' is not available under data-root '{root}': {exc}. {hint}") from exc
+        packaged = system_copy_hint(name)
+        packaged = f"; {packaged}" if packaged else ""
+        raise DatasetError(f"dataset '{name}' is not available under data-root '{root}': {exc}{packaged}. "
+                           f"{hint}") from exc
 
     def arrays(ds) -> tuple[np.ndarray, np.ndarray]:
         data = ds.data.numpy() if hasattr(ds.data, "numpy") else np.asarray(ds.data)
@@ -156,6 +219,9 @@ def load_pool(name: str, seed: int, global_test_fraction: float, data_root: str 
     if name == "digits":
         return _digits(seed, global_test_fraction)
     if name in _STATS:
+        packaged = system_copy(name)
+        if packaged is not None and missing_torchvision_files(name, data_root):
+            return _packaged_idx(name, packaged)
         return _torchvision(name, data_root, download)
     if name == "synthetic":
         raise DatasetError("dataset 'synthetic' has no central pool: it is generated per client "

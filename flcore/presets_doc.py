@@ -75,7 +75,9 @@ with the same setting and the baseline's value from that paper.
 Run one with its number of clients (the paper's K): `noniid-fl run --nodes K -c "preset='NAME'"` (the experiments
 runner: `num-supernodes = K`). Keys set on the command line to a value other than their declared default win
 over the preset (flcore/presets.py); `data-root` must hold the torchvision files of the preset's dataset
-(`fmnist`, `emnist-letters`, `mnist`, `cifar10`, `cifar100`; or `download=true` with network access).
+(`fmnist`, `emnist-letters`, `mnist`, `cifar10`, `cifar100`; or `download=true` with network access), except
+`fmnist`, which is read in place from Debian's `dataset-fashion-mnist` package (`apt-get install
+dataset-fashion-mnist`, or `bash .ci/deps.sh`) when data-root does not hold it.
 Every preset has a dry-run test on tiny stand-in files (tests/test_presets.py): the pre-flight check and one
 round of the real run.
 """

@@ -22,7 +22,8 @@ import tempfile
 from pathlib import Path
 from typing import Any, Mapping
 
-from data_partitioning.datasets import TORCHVISION_FILES, dataset_shape, missing_torchvision_files
+from data_partitioning.datasets import (TORCHVISION_FILES, dataset_shape, missing_torchvision_files, system_copy,
+                                       system_copy_hint)
 from flcore.config import MODELS, ConfigError, RunConfig
 from flcore.registry import methods
 from server_app.outputs import is_nonempty_dir, resolve_out_dir, resume_dir
@@ -104,13 +105,15 @@ def check_dataset_files(cfg: RunConfig) -> None:
     if cfg.dataset not in TORCHVISION_FILES or cfg.download:
         return
     missing = missing_torchvision_files(cfg.dataset, cfg.data_root)
-    if missing:
+    if missing and system_copy(cfg.dataset) is None:  # fmnist: Debian's package copy is read in place
         root = Path(cfg.data_root).expanduser().absolute()
         more = f" and {len(missing) - 1} more" if len(missing) > 1 else ""
+        packaged = system_copy_hint(cfg.dataset)
+        packaged = f", {packaged}" if packaged else ""
         raise ConfigError(
             f"run-config key 'dataset' got {cfg.dataset!r}, whose files are not under data-root '{root}' (looked "
-            f"for {missing[0].absolute()}{more}).\nGet them with download=true (torchvision fetches them; needs network), "
-            f"or copy torchvision's {cfg.dataset} files there, or set data-root to where they are")
+            f"for {missing[0].absolute()}{more}){packaged}.\nGet them with download=true (torchvision fetches them; "
+            f"needs network), or copy torchvision's {cfg.dataset} files there, or set data-root to where they are")
 
 
 def check_resume(cfg: RunConfig) -> None:

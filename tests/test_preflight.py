@@ -94,12 +94,13 @@ def test_legacy_processed_mnist_counts_as_present(tmp_path):
 
 
 def test_dataset_files_check_names_the_path_and_download_skips_it(tmp_path):
+    # mnist: no packaged copy to fall back on (fmnist's Debian copy: tests/test_fmnist_data.py)
     with pytest.raises(ConfigError) as err:
-        pf.check_dataset_files(cfg(tmp_path, dataset="fmnist", **{"data-root": str(tmp_path / "d")}))
+        pf.check_dataset_files(cfg(tmp_path, dataset="mnist", **{"data-root": str(tmp_path / "d")}))
     msg = str(err.value)
-    assert "'dataset' got 'fmnist'" in msg and str(tmp_path / "d" / "FashionMNIST" / "raw") in msg
+    assert "'dataset' got 'mnist'" in msg and str(tmp_path / "d" / "MNIST" / "raw") in msg
     assert "download=true" in msg and len(msg.splitlines()) <= 3
-    pf.check_dataset_files(cfg(tmp_path, dataset="fmnist", download=True, **{"data-root": str(tmp_path / "d")}))
+    pf.check_dataset_files(cfg(tmp_path, dataset="mnist", download=True, **{"data-root": str(tmp_path / "d")}))
 
 
 def test_cuda_check_follows_the_machine(tmp_path, monkeypatch):
