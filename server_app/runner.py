@@ -31,6 +31,7 @@ from flcore.registry import get_method, resolve
 from models import build_model
 from models.evaluation import eval_support_size, evaluate, pop_eval_stats, set_eval_support
 from server_app.checkpoint import load_checkpoint, save_checkpoint
+from server_app.diagnosis import divergence_note, majority_share
 from server_app.outputs import resolve_out_dir
 from server_app.results import WRITE_INTERVAL_S, ResultsWriter, spread
 from strategies.base import FLStrategy, RoundOutcome
@@ -198,6 +199,9 @@ def run_federation(grid: Grid, cfg: RunConfig) -> dict[str, Any]:
     results.plot()
     torch.save({k: torch.from_numpy(np.asarray(v)) for k, v in params.items()}, out_dir / "final_model.pt")
     doc = {"run_config": results.run_config, "rounds": results.rounds, "final": results.final(num_clients)}
+    note = divergence_note(results.rounds, results.run_config, majority_share(eval_sets.get("global")))
     _say(f"{DONE_MARKER} in {time.time() - t_start:.1f}s: {len(results.rounds)} rounds, final G-FL accuracy "
          f"{doc['final'].get('global_accuracy')}; results in {path}")
+    if note:  # the run's last line: it did not learn, and why that is likely
+        _say(note)
     return doc
