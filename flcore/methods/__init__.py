@@ -7,7 +7,7 @@ from __future__ import annotations
 import importlib
 
 MODULES = ("fedavg", "fedprox", "scaffold", "moon", "feddyn", "qfedavg", "fednova", "fedopt",
-           "fedrane", "fedbc", "fedufo", "fedbr", "fedetf")
+           "fedrane", "fedbc", "fedufo", "fedbr", "fedetf", "spherefed")
 
 
 def declarations() -> list:
