@@ -109,7 +109,12 @@ class CommonConfig(Section):
     max_update_norm: float = param(1000.0, "updates with a larger norm ||theta_k - theta|| are rejected", gt=0)
     update_norm_factor: float = param(10.0, "with 3 or more updates in a round, an update whose norm exceeds "
                                             "this multiple of the round's median update norm is rejected "
-                                            "(0 = off)", ge=0)
+                                            "(0 = off); see update-norm-scale", ge=0)
+    update_norm_scale: str = param("local-steps", "the update-norm-factor limit of a client whose registered "
+                                                  "samples allow more local steps than the round's median "
+                                                  "client grows with ||a||_1 of those steps (FedNova's, with "
+                                                  "momentum): honest heavy clients pass; 'none': one limit for "
+                                                  "all (before issue 31)", choices=("local-steps", "none"))
     federated_eval_every: int = param(0, "evaluate the global model on the clients' local test splits every N "
                                          "rounds and after the last one (0 = never; needs local-test-fraction "
                                          "> 0)", ge=0)

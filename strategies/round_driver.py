@@ -23,7 +23,8 @@ from strategies.client_registry import RoundFailed
 from strategies.aggregation import deltas, flat_norm
 from strategies.exchange import Failure, exchange
 from strategies.state_ledger import StateLedger
-from strategies.validation import UpdateNorm, as_float64, check_update
+from strategies.validation import (UpdateNorm, as_float64, check_update, relative_limits, relative_screen,
+                                  step_scale)
 
 log = logging.getLogger("noniid_fl")
 
@@ -140,31 +141,44 @@ class RoundDriver:
     def _screen_norms(self, server_round: int, updates: list[ClientUpdate], reference: Params,
                       rejected: list[Failure], phase: str, norms: dict[int, UpdateNorm] | None = None
                       ) -> tuple[list[ClientUpdate], list[Failure]]:
-        """Reject updates whose norm exceeds update-norm-factor x the round's median update norm
+        """Reject updates whose norm exceeds update-norm-factor x the round's median update norm, the limit
+        scaled up for a client whose registered samples allow more local steps than the round's median
+        client (``update-norm-scale='local-steps'``, :func:`strategies.validation.relative_limits`)
         (``norms``: cid -> the update's norm where already known, exactly or bracketed)."""
         factor = self.cfg.update_norm_factor
         if factor <= 0 or len(updates) < 3:
             return updates, rejected
+        scales = self._step_scales(updates)
         known = [(norms or {}).get(u.cid) for u in updates]
         if all(n is not None for n in known):
-            # every exact norm is >= its lo, so the exact median is >= the median of the lo's: an update whose
-            # hi is within factor x that median is within the exact limit; if all are, nobody is rejected
-            limit_lo = factor * float(np.median([n.lo for n in known]))
-            if all(n.hi <= limit_lo for n in known):
+            # every exact norm is >= its lo, so the exact median is >= the median of the lo's and each exact
+            # limit >= its limit from the lo's: an update whose hi is within that is within its exact limit
+            limits_lo = relative_limits([n.lo for n in known], scales, factor)
+            if all(n.hi <= lim for n, lim in zip(known, limits_lo)):
                 return updates, rejected
-        norms = {u.cid: n.exact() if n is not None else flat_norm(deltas(reference, u.params))
-                 for u, n in zip(updates, known)}
-        limit = factor * float(np.median(list(norms.values())))
+        exact = [n.exact() if n is not None else flat_norm(deltas(reference, u.params))
+                 for u, n in zip(updates, known)]
+        median = float(np.median(exact))
         kept = []
-        for u in updates:
-            if norms[u.cid] > limit:
-                reason = (f"update norm {norms[u.cid]:.4g} exceeds update-norm-factor {factor:g} x the round's "
-                          f"median update norm ({limit / factor:.4g})")
-                rejected.append(Failure(u.cid, phase, "rejected", reason))
-                log.warning("round %s: update of client %s rejected: %s", server_round, u.cid, reason)
-            else:
+        for u, norm, (bad, limit) in zip(updates, exact, relative_screen(exact, scales, factor)):
+            if not bad:
                 kept.append(u)
+                continue
+            reason = (f"update norm {norm:.4g} exceeds update-norm-factor {factor:g} x the round's median update "
+                      f"norm ({median:.4g})")
+            if limit > factor * median:
+                reason += f" x {limit / (factor * median):.3g} for its {u.num_examples} registered samples"
+            rejected.append(Failure(u.cid, phase, "rejected", reason))
+            log.warning("round %s: update of client %s rejected: %s", server_round, u.cid, reason)
         return kept, rejected
+
+    def _step_scales(self, updates: list[ClientUpdate]) -> list[float]:
+        """Each update's :func:`strategies.validation.step_scale` (1.0 each under update-norm-scale='none')."""
+        c = self.cfg
+        if c.update_norm_scale == "none":
+            return [1.0] * len(updates)
+        return [step_scale(u.num_examples, c.local_epochs, c.batch_size, c.max_local_steps, c.momentum)
+                for u in updates]
 
     # ============================================================================ one round
     def train_round(self, grid: Grid, server_round: int, params: Params) -> RoundOutcome:

@@ -182,3 +182,33 @@ def _check_in_order(params: Arrays, reference: Arrays, max_update_norm: float) -
     if not norm <= max_update_norm:
         return f"update norm {norm:.4g} exceeds max-update-norm {max_update_norm:.4g}", norm
     return None, norm
+
+
+# ------------------------------------------------------------------------------ the relative screen
+def step_scale(samples: int, epochs: int, batch_size: int, max_steps: int, momentum: float) -> float:
+    """How far ``samples`` registered training samples can legitimately move a client's model, relative to
+    one plain SGD step: ||a||_1 of the local steps they allow (``epochs`` x ceil(samples / batch_size), capped
+    at ``max_steps`` when > 0) under heavy-ball ``momentum`` (FedNova's ||a_k||_1, strategies/fednova.py).
+    An update of s steps with gradients of norm at most G has norm at most lr G ||a||_1, so this is the
+    largest factor by which honest updates grow with a client's data; computed from the registration the
+    server holds, never from a count the client reports."""
+    from strategies.fednova import a_norm  # (fednova imports this module's users: import when used)
+
+    steps = int(epochs) * math.ceil(max(int(samples), 0) / int(batch_size))
+    if max_steps > 0:
+        steps = min(steps, int(max_steps))
+    return a_norm(steps, momentum)
+
+
+def relative_limits(norms: list[float], scales: list[float], factor: float) -> list[float]:
+    """Each update's limit: ``factor`` x the round's median update norm, times ``scale / median scale`` for
+    a client whose data allow more local progress than the round's median client (never less than the
+    plain ``factor`` x median: a light client is screened as before)."""
+    median = float(np.median(norms))
+    typical = max(float(np.median(scales)), 1.0)  # ||a||_1 of one step is 1: a floor for rounds of tiny clients
+    return [factor * median * max(1.0, s / typical) for s in scales]
+
+
+def relative_screen(norms: list[float], scales: list[float], factor: float) -> list[tuple[bool, float]]:
+    """(rejected, limit) per update under :func:`relative_limits` (an update exactly at its limit is kept)."""
+    return [(n > lim, lim) for n, lim in zip(norms, relative_limits(norms, scales, factor))]
