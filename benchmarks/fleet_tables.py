@@ -23,6 +23,7 @@ from typing import Any, Callable
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 from benchmarks.harness import load_result  # noqa: E402
+from flcore.stack import describe  # noqa: E402
 
 DOC = Path(__file__).resolve().parents[1] / "docs" / "SCALING.md"
 
@@ -83,7 +84,7 @@ def tuned(doc: dict[str, Any]) -> list[str]:
                 f"{idle['superlink_cpu_per_s']:.3f} / {job['superlink_cpu_s']:.1f}",
                 f"{idle['nodes_cpu_per_s']:.2f}", f"{f['loadavg_before']:.1f} / {f['loadavg_after']:.1f}"]
     return [f"*{doc['written']}, `{doc['benchmark']}.json`, {', '.join(map(str, doc['args']['nodes']))} nodes "
-            f"asked, load average {_load_span(doc)}.*", "", *_table(header, _fleet_rows(doc, header, cells))]
+            f"asked, load average {_load_span(doc)}; {describe(doc.get('stack'))}.*", "", *_table(header, _fleet_rows(doc, header, cells))]
 
 
 def stock(doc: dict[str, Any]) -> list[str]:
@@ -101,7 +102,7 @@ def stock(doc: dict[str, Any]) -> list[str]:
                 f"{_mib(im['node_base_rss_mean'])} / {_mib(im['node_base_uss_mean'])}",
                 f"{_mib(jm['clientapp_rss_peak'])} / {_mib(jm['clientapp_uss_peak'])}",
                 f"{idle['superlink_cpu_per_s']:.3f} / {job['superlink_cpu_s']:.1f}"]
-    return [f"*{doc['written']}, `{doc['benchmark']}.json`, load average {_load_span(doc)}.*", "",
+    return [f"*{doc['written']}, `{doc['benchmark']}.json`, load average {_load_span(doc)}; {describe(doc.get('stack'))}.*", "",
             *_table(header, _fleet_rows(doc, header, cells))]
 
 
@@ -123,7 +124,7 @@ def idle(doc: dict[str, Any]) -> list[str]:
     security = "plain HTTP, no node auth" if doc["args"]["insecure"] else "TLS + node auth"
     poll = doc["fleets"][0]["poll_s"]
     return [f"*{doc['written']}, `{doc['benchmark']}.json`, {doc['args']['mode']} nodes ({poll:g}-s polls), "
-            f"{security}, load average {_load_span(doc)}.*", "", *_table(header, rows)]
+            f"{security}, load average {_load_span(doc)}; {describe(doc.get('stack'))}.*", "", *_table(header, rows)]
 
 
 def insecure(secure: dict[str, Any], plain: dict[str, Any]) -> list[str]:
@@ -139,7 +140,7 @@ def insecure(secure: dict[str, Any], plain: dict[str, Any]) -> list[str]:
     header = ["SuperNodes", "SuperLink CPU per job, TLS + auth (s)", "without (s)",
               "SuperLink idle CPU, TLS + auth (s/s)", "without (s/s)"]
     return [f"*`{secure['benchmark']}.json` ({secure['written']}) against `{plain['benchmark']}.json` "
-            f"({plain['written']}, load average {_load_span(plain)}).*", "", *_table(header, rows)]
+            f"({plain['written']}, load average {_load_span(plain)}; {describe(secure.get('stack'))}).*", "", *_table(header, rows)]
 
 
 def stragglers(doc: dict[str, Any]) -> list[str]:
@@ -162,7 +163,7 @@ def stragglers(doc: dict[str, Any]) -> list[str]:
         return [f"*No straggler runs in `{doc['benchmark']}.json`.*"]
     header = ["run", "round 1 (no freeze)", "later rounds", "updates per round", "failures recorded"]
     return [f"*`{doc['benchmark']}.json` ({doc['written']}), min-train-replies = nodes - frozen, no federated "
-            "evaluation.*", "", *_table(header, rows)]
+            f"evaluation; {describe(doc.get('stack'))}.*", "", *_table(header, rows)]
 
 
 PROJECTION_LINES = (

@@ -20,6 +20,8 @@ import time
 from pathlib import Path
 from typing import Any, Callable, Iterator, Mapping
 
+from flcore.stack import stack_info
+
 RESULTS_DIR = Path(__file__).resolve().parent / "results"
 
 
@@ -297,7 +299,7 @@ def machine() -> dict[str, Any]:
 def write_result(name: str, payload: dict[str, Any]) -> Path:
     RESULTS_DIR.mkdir(parents=True, exist_ok=True)
     path = RESULTS_DIR / f"{name}.json"
-    payload = {"benchmark": name, "written": time.strftime("%Y-%m-%d %H:%M:%S"), **payload}
+    payload = {"benchmark": name, "written": time.strftime("%Y-%m-%d %H:%M:%S"), "stack": stack_info(), **payload}
     path.write_text(json.dumps(payload, indent=1, default=float))
     return path
 

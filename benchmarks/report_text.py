@@ -15,6 +15,8 @@ from pathlib import Path
 from string import Template
 from typing import Any
 
+from flcore.stack import describe
+
 TEMPLATES = Path(__file__).resolve().parents[1] / "docs" / "templates" / "performance"
 MARKER = re.compile(r"^<!-- block: ([a-z0-9_]+) -->$", re.MULTILINE)
 
@@ -102,6 +104,7 @@ def machine_line(doc: dict[str, Any]) -> str:
     """The machine a results file was measured on, and its load (template block ``machine``)."""
     m = doc.get("machine", {})
     load = m.get("loadavg_at_start") or [None]
-    return blocks("common").text("machine", cpus=m.get("cpus"), torch=m.get("torch"), threads=m.get("torch_threads"),
+    stack = describe(doc["stack"]) if doc.get("stack") else f"torch {m.get('torch')} (other versions not recorded)"
+    return blocks("common").text("machine", cpus=m.get("cpus"), stack=stack, threads=m.get("torch_threads"),
                                  cuda=blocks("common").text("yes" if m.get("cuda") else "no"),
                                  load=f(load[0], 1), written=doc.get("written"))

@@ -1,7 +1,7 @@
 #!/usr/bin/env python
 """Reach a SuperLink's Control API through the proxy with an operator certificate (mTLS).
 
-The ``flwr`` CLI of flwr 1.41 cannot present a client certificate, and the proxy (deploy/proxy.sh) passes
+The ``flwr`` CLI of flwr 1.42 cannot present a client certificate, and the proxy (deploy/proxy.sh) passes
 the Control API only to clients that do. This forwarder listens on the operator's own loopback and
 opens, for every connection the CLI makes, a TLS connection to the proxy's Control listener that
 verifies the proxy against the federation CA and presents the operator's certificate:

@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# Start a Flower SuperLink. flwr 1.41 serves the Fleet, Control and Runtime APIs on ONE HTTP port and
+# Start a Flower SuperLink. flwr 1.42 serves the Fleet, Control and Runtime APIs on ONE HTTP port and
 # authenticates only the Fleet API, so the SuperLink listens on loopback by default and deploy/proxy.sh
 # publishes the Fleet API (and the Control API to operators with a client certificate).
 # Configured by environment variables (defaults in brackets), extra arguments go to flower-superlink:
@@ -25,7 +25,7 @@ case "$host" in
   *) if [ "${EXPOSE_ALL_APIS:-0}" != 1 ]; then
        echo "superlink.sh: SUPERLINK_HOST=$host would publish the Control API (unauthenticated: anyone reaching it can" \
             "register SuperNode keys and run code on every SuperNode) and the Runtime API, which share the Fleet API's" \
-            "port in flwr 1.41. Keep the SuperLink on 127.0.0.1 and publish the Fleet API with deploy/proxy.sh, or set" \
+            "port in flwr 1.42. Keep the SuperLink on 127.0.0.1 and publish the Fleet API with deploy/proxy.sh, or set" \
             "EXPOSE_ALL_APIS=1 on a network where every peer is trusted." >&2
        exit 2
      fi

@@ -1,7 +1,7 @@
 #!/usr/bin/env python
-"""Lower-latency launchers for Flower deployments (opt-in; verified on flwr 1.41).
+"""Lower-latency launchers for Flower deployments (opt-in; verified on flwr 1.42).
 
-Where deployment time goes (per message, stock flwr 1.41): the SuperNode polls the SuperLink every 3 s,
+Where deployment time goes (per message, stock flwr 1.42): the SuperNode polls the SuperLink every 3 s,
 its SuperExec polls for tasks every 1 s, every message starts a fresh ``flwr-clientapp`` process that
 imports torch (3-4 s idle, far more on a busy box), and ``Grid.send_and_receive`` polls for replies
 every 3 s (this project's ServerApp does not call it: strategies/exchange.py pulls with its own short
@@ -63,7 +63,7 @@ PULL_FUNCTIONS = ("pull_objects", "pull_and_inflate_object_from_tree")
 def cap_pull_backoff(initial: float, cap: float) -> bool:
     """Start Flower's object-pull retries at ``initial`` seconds (doubling up to ``cap``) instead of 1 s (up to
     10 s). A ClientApp (or ServerApp, or SuperNode) that asks for an object the other side has not stored
-    yet waits for the retry: with flwr 1.41's 1 s first retry and 2 s second, a message that arrives a moment
+    yet waits for the retry: with flwr 1.42's 1 s first retry and 2 s second, a message that arrives a moment
     late costs ~3 s, which a tuned round then pays per exchange. Returns False (and changes nothing) when
     the installed Flower does not have these defaults."""
     if not (initial > 0 and cap >= initial):

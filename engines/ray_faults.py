@@ -1,6 +1,6 @@
 """Crashed Ray workers in Flower's Simulation Engine: replaced, or the run stopped - never silently reused.
 
-Flower 1.41's Ray backend (``flwr/server/superlink/fleet/vce/backend/raybackend.py``) runs each message on
+Flower 1.42's Ray backend (``flwr/server/superlink/fleet/vce/backend/raybackend.py``) runs each message on
 an actor of a pool (``BasicActorPool``) and, when the task fails, puts the actor back into the pool whatever
 the failure was. When the actor's process died (``os._exit``, a segfault, the OOM killer) Ray does not
 restart it by default (``max_restarts=0``), so the dead actor stays in the pool and every later message it
@@ -136,7 +136,7 @@ class WorkerWatchGrid(DelegatingGrid):
                 raise WorkerLost(
                     f"the Ray worker running {where} died and was not replaced ({_short(reply.error.reason)}). "
                     "Flower's simulation engine would keep sending later clients to the dead worker, so the run "
-                    "stops here. `flwr run .` (Flower 1.41) cannot be told to restart crashed workers; "
+                    "stops here. `flwr run .` (Flower 1.42) cannot be told to restart crashed workers; "
                     f"`noniid-fl run --engine ray` restarts them.{hint}")
             self.replaced += 1
             reason = (f"the Ray worker process running this client died ({_short(reply.error.reason)}); Ray "

@@ -17,6 +17,7 @@ import numpy as np
 from experiments.claims import CLAIMS, ledger_for
 from experiments.legacy import current_run_config
 from flcore.config import PROJECT_ROOT
+from flcore.stack import describe
 
 RESULTS_ROOT = PROJECT_ROOT / "results"
 DOC = PROJECT_ROOT / "docs" / "RESULTS.md"
@@ -148,6 +149,16 @@ def presets_status(results_root: Path) -> str:
     return "\n".join(lines) + "\n"
 
 
+def stacks_line(runs: dict[str, list[dict[str, Any]]]) -> str:
+    """The stacks the runs of a table came from (issue 30), each with its number of runs."""
+    counts: dict[str, int] = {}
+    for docs in runs.values():
+        for doc in docs:
+            key = describe(doc.get("stack"))
+            counts[key] = counts.get(key, 0) + 1
+    return "Stack: " + "; ".join(f"{k} ({n} run{'s' if n > 1 else ''})" for k, n in sorted(counts.items())) + "."
+
+
 def build() -> str:
     parts = [HEADER.read_text().rstrip("\n"), ""]
     if CLAIMS.exists():
@@ -172,7 +183,7 @@ def build() -> str:
                   meta.get("description", "").strip(), "",
                   f"Experiment `{exp_dir.name}` (config `experiments/configs/` → copy in `results/{exp_dir.name}/experiment.toml`); "
                   f"{meta.get('num-supernodes', first['final'].get('num_clients'))} clients; target accuracy {target}. "
-                  f"Common setting: {setting(first)}.", "",
+                  f"Common setting: {setting(first)}.", "", stacks_line(runs), "",
                   table(runs, order), "", tuning_table(exp_dir) or UNTUNED.read_text(), f"![{exp_dir.name}](figures/{fig.name})", ""]
     return "\n".join(parts) + "\n"
 

@@ -8,7 +8,10 @@ results.json = {
               "client_eval": {...} | null, "strategy": {...method metrics...}}, ...],
   "final": {"global_accuracy", "global_loss", "local_accuracy", ..., "best_global_accuracy",
             "rounds_to_target", "target_accuracy", "total_wall_time_s", "mean_round_time_s",
-            "total_bytes_sent", "total_failures", "num_clients"}
+            "total_bytes_sent", "total_failures", "num_clients"},
+  "stack": {python, packages {flwr, torch, torchvision, numpy, scipy, cvxpy, clarabel, ray, scikit-learn},
+            torch_cuda, cudnn, device, cpu_capability, deterministic {...}, lock {matches, digest, differences},
+            git {commit, dirty}, ...}   (flcore.stack.stack_info, read when the run starts)
 }
 """
 
@@ -22,6 +25,8 @@ from pathlib import Path
 from typing import Any
 
 import numpy as np
+
+from flcore.stack import stack_info
 
 SCALAR_COLUMNS = ("round", "global_accuracy", "global_loss", "val_accuracy", "val_loss", "local_accuracy", "local_accuracy_best",
                   "local_accuracy_worst", "local_accuracy_std", "client_accuracy_mean", "client_accuracy_worst",
@@ -98,6 +103,7 @@ class ResultsWriter:
         self.rounds: list[dict[str, Any]] = []
         self.write_interval = write_interval
         self._last_write = float("-inf")
+        self.stack = stack_info()  # the stack this run's numbers come from (issue 30)
         out_dir.mkdir(parents=True, exist_ok=True)
 
     def add_round(self, row: dict[str, Any]) -> None:
@@ -130,7 +136,8 @@ class ResultsWriter:
 
     def write(self, num_clients: int = 0) -> Path:
         path = self.out_dir / "results.json"
-        doc = {"run_config": _jsonable(self.run_config), "rounds": self.rounds, "final": self.final(num_clients)}
+        doc = {"run_config": _jsonable(self.run_config), "rounds": self.rounds, "final": self.final(num_clients),
+               "stack": self.stack}
         tmp = path.with_suffix(".tmp")
         tmp.write_text(json.dumps(doc, indent=1))
         tmp.replace(path)

@@ -7,7 +7,7 @@ Every exchange of every strategy goes through :func:`exchange`, so failures are 
 - no reply before the timeout -> failure kind "timeout".
 
 Replies are collected with Flower's ``Grid.push_messages`` / ``Grid.pull_messages`` and our own wait
-loop (:func:`push_and_pull`) instead of ``Grid.send_and_receive``, whose deployment grid (flwr 1.41,
+loop (:func:`push_and_pull`) instead of ``Grid.send_and_receive``, whose deployment grid (flwr 1.42,
 ``http_grid``) sleeps a hard-coded 3 s between pulls: an exchange that is answered in 0.2 s still took
 3 s. Here the wait starts at 50 ms and grows by half each pull up to ``reply-poll-interval``.
 """

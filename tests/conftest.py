@@ -34,3 +34,16 @@ def pytest_collection_modifyitems(config, items) -> None:  # noqa: ANN001 - pyte
     slow = {path: sum(1 for it in group if it.get_closest_marker("slow") is not None) for path, group in files.items()}
     order = sorted(files, key=lambda path: -slow[path])  # stable: ties keep collection order
     items[:] = [it for path in order for it in files[path]]
+
+
+def pytest_report_header(config) -> list[str]:  # noqa: ANN001 - pytest's Config
+    """Say which stack the run is on and how the known outputs are checked (bit-exact only on the recorded,
+    locked stack; within tolerance elsewhere), so a CI log shows it."""
+    import json
+
+    from flcore.stack import describe, stack_info
+    from tests.known_outputs import KNOWN, exact_mode
+
+    exact, why = exact_mode(json.loads(KNOWN.read_text())["stack"])
+    return [f"stack: {describe(stack_info())}",
+            "known outputs: " + ("bit-exact (the recorded stack)" if exact else f"within tolerance: {why}")]

@@ -167,8 +167,11 @@ def test_help(tmp_path, command):
 def test_readme_set_up_commands_come_first_and_the_test_command_is_cis():
     readme = (ROOT / "README.md").read_text()
     blocks = re.findall(r"```bash\n(.*?)```", readme, flags=re.S)
-    assert blocks[0].splitlines()[-1] == "noniid-fl run" and 'pip install -e ".[test]"' in blocks[0]
+    install = "pip install --require-hashes -r requirements.lock && pip install --no-deps -e ."
+    assert blocks[0].splitlines()[-1] == "noniid-fl run" and install in blocks[0]
     ci = (ROOT / ".ci" / "run").read_text().strip().splitlines()
     test_block = blocks[1].strip().splitlines()
-    assert test_block == ci[-len(test_block):] and test_block[-1].startswith("pytest")
+    at = ci.index(test_block[0])            # CI runs the README's test lines in order (then the newest tier)
+    assert test_block == ci[at:at + len(test_block)] and test_block[-1].startswith("pytest")
+    assert any(install in line for line in ci[:at])
     assert "pkill" not in readme and "killall" not in readme

@@ -23,7 +23,7 @@ import stat
 import subprocess
 import sys
 import time
-from importlib.metadata import version
+from flcore.stack import read_lock
 from pathlib import Path
 
 import pytest
@@ -216,11 +216,8 @@ def test_hadolint_accepts_the_dockerfile_and_catches_a_bad_one(tmp_path: Path) -
 
 def test_images_pin_the_tested_versions_and_are_hardened() -> None:
     text = DOCKERFILE.read_text()
-    args = dict(re.findall(r"^ARG (\w+)=(\S+)$", text, re.M))
-    assert args["FLWR_VERSION"] == version("flwr")
-    assert args["TORCH_VERSION"] == version("torch")
-    assert args["TORCHVISION_VERSION"] == version("torchvision")
-    assert '"flwr[simulation]==${FLWR_VERSION}"' in text and '"torch==${TORCH_VERSION}"' in text
+    # the versions are the lock's, installed hash-checked (tests/test_stack.py::test_the_images_install_the_lock)
+    assert "pip install --require-hashes -r requirements.lock" in text and "ARG TORCH_VERSION" not in text
     stages = _dockerfile_stages()
     assert list(stages) == ["base", "superlink", "supernode", "proxy"]
     for name in ("superlink", "supernode", "proxy"):
@@ -547,7 +544,7 @@ def test_images_build_and_a_supernode_from_its_image_trains_through_the_proxy(tm
                 "--no-healthcheck"]  # podman runs health checks through systemd, absent here
     for image, cmd, want in (("supernode", ["id", "-u"], "10001"), ("superlink", ["python", "-c",
                              "from importlib.metadata import version as v; print(v('flwr'), v('torch'))"],
-                             f"{version('flwr')} {version('torch')}")):
+                             f"{read_lock()['flwr'].version} {read_lock()['torch'].version}")):  # the lock's
         out = subprocess.run([*pod, "run", *run_opts, "--entrypoint", cmd[0], f"noniid-fl/{image}:test", *cmd[1:]],
                              capture_output=True, text=True, timeout=300)
         assert out.stdout.strip().splitlines()[-1] == want, out.stdout + out.stderr

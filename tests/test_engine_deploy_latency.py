@@ -12,7 +12,7 @@ def test_pull_backoff_patch_changes_flowers_defaults_and_only_them():
     from deploy.tuned import cap_pull_backoff
 
     saved = {name: dict(getattr(iu, name).__kwdefaults__) for name in ("pull_objects", "pull_and_inflate_object_from_tree")}
-    assert saved["pull_objects"]["initial_backoff"] == 1 and saved["pull_objects"]["backoff_cap"] == 10  # flwr 1.41
+    assert saved["pull_objects"]["initial_backoff"] == 1 and saved["pull_objects"]["backoff_cap"] == 10  # flwr 1.42
     try:
         assert cap_pull_backoff(0.1, 2.0) is True
         for name, before in saved.items():

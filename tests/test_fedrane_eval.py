@@ -121,10 +121,16 @@ def test_transductive_eval_batch_splits_the_graph():
     c = cfg(lra_eval="transductive", lra_eval_batch=10)
     model = build_model(c, (1, 8, 8), 10).eval()
     x = images(25, 3)
+    whole = build_model(cfg(lra_eval="transductive", lra_eval_batch=25), (1, 8, 8), 10).eval()
+    whole.load_state_dict(model.state_dict())
     with torch.no_grad():
         out = model(x)
         parts = torch.cat([model(x[:10]), model(x[10:20]), model(x[20:])])
-    assert torch.equal(out, parts)
+        one_graph = whole(x)
+    # the same graphs in both: equal up to the rounding of another BLAS kernel for another batch shape
+    # (bitwise on torch 2.15.0, not on 2.14.1); one graph over all 25 rows is a different computation
+    torch.testing.assert_close(out, parts, rtol=1e-5, atol=1e-6)
+    assert (out - one_graph).abs().max() > 1e-3
     assert pop_eval_stats(model)["lra_graph_nodes"] == pytest.approx((10 * 10 * 4 + 5 * 5 * 2) / 50)
 
 

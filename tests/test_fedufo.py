@@ -229,16 +229,27 @@ def test_prior_then_posterior_phases_train_model_and_discriminator():
 
 
 def test_discriminator_learns_client_ids_from_prior_features():
-    """Many D steps on fixed features: D's accuracy on its own client id rises (L^d_cls is minimised)."""
+    """Many D steps on fixed features (the paper's schedule: D after the model's epochs, the model frozen):
+    the trained D tells this client's features (id 3) from the other member's prior features (id 0) of the
+    same images. Judged on the final D (not the running accuracy over all steps, which averages in the
+    untrained D of the first epochs and moved from 0.55 to 0.34 between torch 2.15.0 and 2.14.1)."""
     cfg = _cfg(**{"local-epochs": 15, "fedufo.disc-lr": 0.1})
     theta = dict(model_params(build_model(cfg, (1, 8, 8), 10)))
     priors = {c: FedUFOTrainer(_job(cfg, c, "train.prior", theta)).run().params for c in (0, 3)}
     relay = relay_records([0, 3], priors, {0: [1] * 10, 3: [1] * 10})
-    trainer = FedUFOTrainer(_job(cfg, 3, "train.posterior", theta, relay[3], stage=1))
+    job = _job(cfg, 3, "train.posterior", theta, relay[3], stage=1)
+    trainer = FedUFOTrainer(job)
     trainer.run()
     term = trainer.disc_updates
-    assert term is not None and term.other_labels == [0] and term.own_label == 3
-    assert term.correct / term.seen > 0.5        # chance level over K = 4 outputs is 0.25
+    assert term is not None and term.other_labels == [0] and term.own_label == 3 and term.steps >= 15
+    with torch.no_grad():
+        own = job.model.eval().forward_features(job.data.x_train)[1]
+        other = term.priors[0].eval().forward_features(job.data.x_train)[1]
+        own_pred = term.outputs.logits(term.disc(own)).argmax(1)
+        other_pred = term.outputs.logits(term.disc(other)).argmax(1)
+    accuracy = 0.5 * (float((own_pred == term.columns[0]).float().mean())
+                      + float((other_pred == term.columns[1]).float().mean()))
+    assert accuracy > 0.75, accuracy             # chance between the two live ids is 0.5
 
 
 def test_cgl_only_posterior_needs_no_relay_and_missing_relay_is_an_error():

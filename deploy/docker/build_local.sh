@@ -6,8 +6,7 @@
 #
 #   deploy/docker/build_local.sh [TARGET ...]        # default: proxy supernode superlink; tag :local
 #
-# Environment: TORCH_INDEX [https://pypi.org/simple] (the PyTorch CPU index may be unreachable),
-# TAG [local], PODMAN_RUNTIME [runc] (crun fails on hybrid cgroups here), HOST_CA_BUNDLE
+# Environment: TAG [local], PODMAN_RUNTIME [runc] (crun fails on hybrid cgroups here), HOST_CA_BUNDLE
 # [/etc/ssl/certs/ca-certificates.crt]: mounted into RUN steps and given to pip (TLS-intercepting proxy).
 # Needs podman, runc and mmdebstrap (Debian packages). Prints one line per image: "built <name> <id>".
 set -euo pipefail
@@ -28,8 +27,7 @@ if ! "${pod[@]}" image exists "$base"; then
 fi
 args=(--format docker --network host --ulimit nofile=1024:1024 --ulimit nproc=1024:1024
       --ignorefile "$here/Dockerfile.dockerignore" -f "$here/Dockerfile"
-      --build-arg "BASE_IMAGE=$base" --build-arg "PROXY_BASE_IMAGE=$base"
-      --build-arg "TORCH_INDEX=${TORCH_INDEX:-https://pypi.org/simple}")
+      --build-arg "BASE_IMAGE=$base" --build-arg "PROXY_BASE_IMAGE=$base")
 bundle="${HOST_CA_BUNDLE:-/etc/ssl/certs/ca-certificates.crt}"
 if [ -f "$bundle" ]; then
   args+=(-v "$bundle:/run/host-ca.crt:ro" --build-arg PIP_CERT=/run/host-ca.crt)

@@ -1,0 +1,172 @@
+"""The locked stack (issue 30): the lock file, what the installs and Flower's per-run install take from it,
+the stack every result names, and the docs' version statements."""
+
+from __future__ import annotations
+
+import json
+import re
+import tomllib
+from pathlib import Path
+
+import pytest
+from packaging.requirements import Requirement
+
+from flcore.stack import (LOCK_FILE, Locked, describe, lock_differences, lock_digest, normalize, parse_lock,
+                          read_lock, stack_info)
+
+ROOT = Path(__file__).resolve().parents[1]
+PYPROJECT = tomllib.loads((ROOT / "pyproject.toml").read_text())
+H1, H2 = "a" * 64, "b" * 64
+
+
+def test_parse_lock_reads_pins_hashes_and_continuations():
+    text = f"# comment\nFoo_Bar==1.2.3 \\\n    --hash=sha256:{H1} \\\n    --hash=sha256:{H2}\nbaz==0.1 --hash=sha256:{H1}\n"
+    got = parse_lock(text)
+    assert got == {"foo-bar": Locked("foo-bar", "1.2.3", (H1, H2)), "baz": Locked("baz", "0.1", (H1,))}
+    assert lock_digest(got) == lock_digest(dict(reversed(got.items())))          # order-free
+    assert lock_digest(got) != lock_digest({**got, "baz": Locked("baz", "0.2", (H1,))})
+
+
+@pytest.mark.parametrize("text, message", [
+    ("foo>=1.0 --hash=sha256:" + H1, "entry 1 is not"),          # a range is not a pin
+    ("foo==1.0", "entry 1 is not"),                               # no hash
+    (f"foo==1.0 --hash=sha256:{H1}\nFoo==1.1 --hash=sha256:{H2}", "foo is pinned twice"),
+])
+def test_parse_lock_refuses_what_is_not_a_lock(text, message):
+    with pytest.raises(ValueError, match=message):
+        parse_lock(text)
+
+
+def test_lock_differences_name_each_package():
+    lock = {"a": Locked("a", "1", (H1,)), "b": Locked("b", "2", (H1,)), "c": Locked("c", "3", (H1,))}
+    installed = {"a": "1", "b": "2.1", "d": "4", "pip": "26", "noniid-fl": "0.1.0"}
+    assert lock_differences(lock, installed) == ["b: locked 2, installed 2.1", "c: locked 3, not installed",
+                                                 "d: installed 4, not in the lock"]
+    assert lock_differences(lock, {"a": "1", "b": "2", "c": "3", "pip": "9"}) == []
+
+
+def test_the_lock_satisfies_every_declared_requirement():
+    """Each direct dependency (and the test extra) is pinned, at a version its range allows."""
+    lock = read_lock()
+    reqs = PYPROJECT["project"]["dependencies"] + PYPROJECT["project"]["optional-dependencies"]["test"]
+    for text in reqs:
+        req = Requirement(text)
+        pin = lock.get(normalize(req.name))
+        assert pin is not None, f"{req.name} is not in requirements.lock"
+        assert req.specifier.contains(pin.version, prereleases=True), f"{req.name} {pin.version} outside {req.specifier}"
+    assert all(len(p.hashes) >= 1 for p in lock.values())
+    for name in ("flwr", "torch", "torchvision", "numpy", "cvxpy", "ray", "pytest"):
+        assert name in lock
+
+
+def test_flowers_per_run_install_is_pinned_to_the_lock():
+    """Flower's runtime dependency installation runs `uv sync` on the FAB's pyproject.toml (flwr 1.42:
+    supercore/superexec/dependency_installer.py), which honours [tool.uv] constraint-dependencies; the FAB
+    carries pyproject.toml whole. Those pins are exactly the lock's."""
+    pins = PYPROJECT["tool"]["uv"]["constraint-dependencies"]
+    assert sorted(pins) == sorted(f"{p.name}=={p.version}" for p in read_lock().values())
+
+
+def test_the_images_install_the_lock():
+    text = (ROOT / "deploy" / "docker" / "Dockerfile").read_text()
+    assert "COPY requirements.lock ./" in text
+    assert "pip install --require-hashes -r requirements.lock" in text
+    assert "pip install --no-deps ." in text and "python -m flcore.stack --check" in text
+    assert not re.search(r"pip install [^\n]*(torch|flwr)[=<>]", text)      # nothing installed beside the lock
+
+
+def test_ci_and_readme_install_the_lock():
+    install = "pip install --require-hashes -r requirements.lock && pip install --no-deps -e ."
+    assert install in (ROOT / "README.md").read_text()
+    ci = (ROOT / ".ci" / "run").read_text()
+    assert install in ci and "python -m flcore.stack --check" in ci
+
+
+def test_stack_info_names_the_running_stack():
+    from importlib import metadata
+
+    import torch
+
+    info = stack_info()
+    for name in ("flwr", "torch", "torchvision", "numpy", "cvxpy", "ray"):
+        assert info["packages"][name] == metadata.version(name)
+    assert info["python"].count(".") == 2 and info["device"] == ("cpu" if not torch.cuda.is_available()
+                                                                  else torch.cuda.get_device_name(0))
+    assert info["deterministic"]["torch_threads"] == torch.get_num_threads()
+    assert info["lock"]["digest"] == lock_digest(read_lock())
+    assert info["lock"]["matches"] == (not lock_differences(read_lock(), {normalize(d.metadata["Name"]): d.version
+                                                                          for d in metadata.distributions()}))
+    git = info["git"]
+    assert git is None or re.fullmatch(r"[0-9a-f]{40}", git["commit"])
+
+
+def test_describe_is_one_line_per_stack():
+    stack = {"python": "3.11.7", "packages": {"flwr": "1.42.0", "torch": "2.14.1", "numpy": "2.4.6"},
+             "device": "cpu", "cuda_available": False, "lock": {"matches": True, "digest": "abc"},
+             "git": {"commit": "0123456789abcdef", "dirty": True}}
+    assert describe(stack) == ("python 3.11.7, flwr 1.42.0, torch 2.14.1, numpy 2.4.6, device cpu, the lock (abc), "
+                               "commit 0123456789 (dirty tree)")
+    assert describe({**stack, "lock": {"matches": False, "differences": ["x", "y"]}, "git": None}).endswith(
+        "NOT the lock (2+ differences)")
+    assert describe(None).startswith("stack not recorded")
+
+
+def test_a_run_records_its_stack_and_commit(tmp_path):
+    from tests.known_outputs import COMMON, run_job
+
+    from flcore.config import resolve_run_config
+
+    values = resolve_run_config({**COMMON, "method": "fedavg", "num-server-rounds": 1})
+    values.pop("out-dir")
+    run_job(values, tmp_path / "run")
+    doc = json.loads((tmp_path / "run" / "results.json").read_text())
+    assert doc["stack"]["packages"] == stack_info()["packages"]
+    assert doc["stack"]["lock"]["digest"] == lock_digest(read_lock())
+    assert doc["stack"]["git"] == stack_info()["git"]
+
+
+def test_docs_state_the_locked_flwr_version():
+    """Every 'flwr 1.NN' / 'Flower 1.NN' in README, docs and deploy/ names the locked minor version."""
+    locked = read_lock()["flwr"].version
+    minor = ".".join(locked.split(".")[:2])
+    files = [ROOT / "README.md", *sorted((ROOT / "docs").rglob("*.md")), *sorted((ROOT / "deploy").rglob("*"))]
+    wrong = []
+    for f in files:
+        if not f.is_file() or f.suffix not in {".md", ".sh", ".py", ".yaml", ""}:
+            continue
+        for m in re.finditer(r"\b(?:flwr|Flower)(?:\[simulation\])?(?: |==)(1\.\d+)(\.\d+)?", f.read_text()):
+            if m.group(1) != minor or (m.group(2) and m.group(1) + m.group(2) != locked):
+                wrong.append(f"{f.relative_to(ROOT)}: {m.group(0)}")
+    assert not wrong, wrong
+
+
+def test_lock_file_is_at_the_root():
+    assert LOCK_FILE == ROOT / "requirements.lock"
+
+
+@pytest.mark.slow
+def test_flowers_per_run_uv_sync_resolves_exactly_the_lock(tmp_path):
+    """What flwr's runtime dependency installation runs (flwr 1.42, supercore/superexec/dependency_installer.py:
+    `uv sync --python <python> --no-install-project --no-install-package flwr --inexact` in the unpacked FAB, into
+    a fresh environment), as a dry run on this project's pyproject.toml: every package it would install is the
+    locked version. (Resolves against PyPI: needs the package index, as the install does.)"""
+    import inspect
+    import subprocess
+    import sys
+
+    from flwr.supercore.superexec import dependency_installer
+
+    source = inspect.getsource(dependency_installer.install_app_dependencies)
+    flags = ["--no-install-project", "--no-install-package", "--inexact"]
+    assert all(f'"{f}"' in source for f in flags) and '"sync"' in source  # flwr still runs this command
+    (tmp_path / "pyproject.toml").write_text((ROOT / "pyproject.toml").read_text())
+    proc = subprocess.run([sys.executable, "-m", "uv", "sync", "--python", sys.executable, "--no-install-project",
+                           "--no-install-package", "flwr", "--inexact", "--dry-run"], cwd=tmp_path, text=True,
+                          capture_output=True, timeout=300,
+                          env={**__import__("os").environ, "UV_PROJECT_ENVIRONMENT": str(tmp_path / "env")})
+    assert proc.returncode == 0, proc.stderr[-2000:]
+    would = dict(re.findall(r"^ \+ ([A-Za-z0-9._-]+)==(\S+)$", proc.stdout + proc.stderr, re.M))
+    lock = read_lock()
+    assert len(would) > 50 and "torch" in would
+    wrong = {n: v for n, v in would.items() if normalize(n) not in lock or lock[normalize(n)].version != v}
+    assert not wrong, wrong
