@@ -55,7 +55,9 @@ from torch import nn
 import torch.nn.functional as F
 
 from flcore.config import RunConfig
-from flcore.methods.fedrane import FedRANEConfig
+from flcore.methods.fedrane import FedRANEConfig, rane_config
+from models.heads import make_hyperspherical
+from models.lra_gat import GATLayer
 
 
 # ============================================================================ pure functions: the graph
@@ -202,8 +204,31 @@ def graph_mask(z: torch.Tensor, cfg: FedRANEConfig) -> torch.Tensor:
     return mask_from_pearson(pearson_matrix(z.detach().double()), cfg)
 
 
+def complete_mask(p: torch.Tensor) -> torch.Tensor:
+    """N_i under ``lra-cut = none`` without a SLIM solve (..., n, n): every other node, except that a node whose
+    Pearson row is all zero (a constant feature row) is cut off from all and keeps only itself.
+
+    Why this is the SLIM path's mask: with every A_ij > 0 an edge, the solve matters only through exact zeros
+    of A = (|B| + |B^T|) / 2. A zero Pearson row/column makes (P^T P + lambda Phi) block-diagonal, so B_ij =
+    B_ji = 0 between that node and every other (Eq. 4, and each alternation keeps the blocks); between nodes
+    with non-zero rows B has no structural zero, so A_ij > 0. The two differ only by round-off: the alternating
+    solve's eigendecompositions give a constant row relations of ~1e-16 of the others' instead of exact zeros
+    (so it stayed linked to every node); here it is isolated, as in exact arithmetic and as the closed form
+    gives it (tests/test_fedrane_code.py).
+    """
+    n = p.shape[-1]
+    eye = torch.eye(n, dtype=torch.bool, device=p.device)
+    alive = (p != 0).any(dim=-1)
+    mask = alive.unsqueeze(-1) & alive.unsqueeze(-2) & ~eye
+    lonely = ~mask.any(dim=-1)
+    return mask | (eye & lonely.unsqueeze(-1))
+
+
 def mask_from_pearson(p: torch.Tensor, cfg: FedRANEConfig) -> torch.Tensor:
-    """Steps 2-3 from the Pearson matrices (..., n, n)."""
+    """Steps 2-3 from the Pearson matrices (..., n, n). Under ``lra-cut = none`` without a top-k cap the SLIM
+    weights decide nothing but structural zeros: :func:`complete_mask` (no solve)."""
+    if cfg.lra_cut == "none" and cfg.lra_topk == 0:
+        return complete_mask(p)
     if cfg.lra_graph == "closed-form":
         b = slim_closed_form(p, cfg.lra_lambda_g)
     else:
@@ -232,17 +257,26 @@ def support_graphs(z_support: torch.Tensor, z_query: torch.Tensor, cfg: FedRANEC
 
 
 # ============================================================================ pure function: the loss
+def cosine_matrix(a: torch.Tensor, eps: float = 1e-12) -> torch.Tensor:
+    """Cosine similarity between the rows of ``a`` (rows scaled to unit norm, not centred)."""
+    u = a / a.norm(dim=-1, keepdim=True).clamp_min(eps)
+    return u @ u.mT
+
+
 def contrastive_discrimination(z: torch.Tensor, z_hat: torch.Tensor, tau: float = 0.8,
-                               symmetric: bool = False) -> torch.Tensor:
+                               symmetric: bool = False, similarity: str = "pearson") -> torch.Tensor:
     """L_CD, Eq. 7: InfoNCE over the 2B rows of [Z; Z_hat] with Pearson similarity.
 
     L = -1/B sum_{i=1}^{B} log( exp(s(z_i, z_hat_i)/tau) / sum_{j != i, j <= 2B} exp(s(zbar_i, zbar_j)/tau) )
     (anchors z_i, positive z_hat_i, the other 2(B-1) rows negatives). ``symmetric`` also uses the rows
-    of Z_hat as anchors and averages over all 2B (SimCLR, the authors' code).
+    of Z_hat as anchors and averages over all 2B (SimCLR, the authors' code). ``similarity``: pearson (Eq. 7)
+    or cosine (the authors' code).
     """
     bsz = z.shape[0]
     zz = torch.cat([z, z_hat], dim=0)
-    logits = pearson_matrix(zz) / tau
+    if similarity not in ("pearson", "cosine"):
+        raise ValueError(f"unknown L_CD similarity '{similarity}' (pearson or cosine)")
+    logits = (pearson_matrix(zz) if similarity == "pearson" else cosine_matrix(zz)) / tau
     n = 2 * bsz
     logits = logits.masked_fill(torch.eye(n, dtype=torch.bool, device=z.device), float("-inf"))
     target = torch.cat([torch.arange(bsz, n), torch.arange(0, bsz)]).to(z.device)
@@ -313,7 +347,10 @@ class LRANeck(nn.Module):
     def __init__(self, dim: int, cfg: FedRANEConfig, support_size: int = 64) -> None:
         super().__init__()
         self.cfg = cfg
-        self.layers = nn.ModuleList(AttentiveMessagePassing(dim) for _ in range(cfg.lra_steps))
+        layer = GATLayer if cfg.lra_gnn == "gat" else AttentiveMessagePassing
+        self.layers = nn.ModuleList(layer(dim) for _ in range(cfg.lra_steps))
+        # the generator of training-time dropout (fedrane.lra-dropout): the trainer sets its job's seeded one
+        self.generator: torch.Generator | None = None
         # rows of training data an inductive evaluation needs (the evaluation-support protocol of
         # models/evaluation.py: eval_support_size / set_eval_support / pop_eval_stats)
         self.eval_support_size = support_size if cfg.lra_eval == "inductive" else 0
@@ -326,7 +363,19 @@ class LRANeck(nn.Module):
         h = z
         for layer in self.layers:
             h = h + layer(h, mask) if self.cfg.lra_residual else layer(h, mask)
-        return h
+            h = self.dropout(h)
+        return F.normalize(h, dim=-1) if self.cfg.lra_out_norm else h
+
+    def dropout(self, h: torch.Tensor) -> torch.Tensor:
+        """Inverted dropout with rate ``lra-dropout`` in training, masks drawn from :attr:`generator`."""
+        p = self.cfg.lra_dropout
+        if not self.training or p == 0.0:
+            return h
+        if self.generator is None:
+            raise RuntimeError("LRA dropout (fedrane.lra-dropout > 0) in training needs the trainer's seeded "
+                               "generator on neck.generator")
+        keep = torch.rand(h.shape, generator=self.generator, device=self.generator.device) >= p
+        return h * keep.to(h.device, h.dtype) / (1.0 - p)
 
     def augment(self, z: torch.Tensor) -> torch.Tensor:
         """Z_hat = h^L for a minibatch, whose rows are the graph's nodes (training, transductive)."""
@@ -388,10 +437,17 @@ class LRANeck(nn.Module):
 
 def support_size(cfg: RunConfig) -> int:
     """|S| of inductive evaluation: ``fedrane.lra-support-size``, or batch-size - 1 when it is 0 (at least 1)."""
-    size = cfg.section(FedRANEConfig).lra_support_size
+    size = rane_config(cfg).lra_support_size
     return size if size > 0 else max(cfg.batch_size - 1, 1)
 
 
 def add_lra_neck(model: nn.Module, cfg: RunConfig) -> None:
-    """Model hook (flcore/registry.py): install LRA as ``model.neck`` (federated with the rest)."""
-    model.neck = LRANeck(int(model.feature_dim), cfg.section(FedRANEConfig), support_size(cfg))
+    """Model hook (flcore/registry.py): install LRA as ``model.neck`` (federated with the rest); with
+    ``hypersphere`` also unit-norm features and the fixed orthogonal classifier (models/heads.py)."""
+    rane = rane_config(cfg)
+    if rane.hypersphere:
+        if cfg.head != "linear":
+            raise ValueError(f"method '{cfg.method}' with hypersphere = true fixes its own orthogonal classifier; "
+                             f"run-config key 'head' must be 'linear' (the default), got '{cfg.head}'")
+        make_hyperspherical(model, cfg.seed)
+    model.neck = LRANeck(int(model.feature_dim), rane, support_size(cfg))

@@ -9,7 +9,9 @@ strategies/nash.py); then theta_{t+1} = theta_t + G (s p) with the step scale s 
   at that of a weighted average of the client models.
 * ``fedavg-norm``: s such that ||G s p|| = ||sum_k (n_k/n) Delta_k||, the Nash direction at the length
   of this round's FedAvg update.
-* ``scaffold.server-lr``:  s = gne-server-lr. With s = 1 this is the paper's literal theta + G p, whose norm is
+* ``radius``: ||G s p|| = gne-radius (0: K, the paper's text: "seek global updating direction in B_r with
+  radius r = K"; the Nash solution lies on the ball's boundary, Sec. 3.4).
+* ``server-lr``:  s = gne-server-lr. With s = 1 this is the paper's literal theta + G p, whose norm is
   sqrt(K) whatever the size of the deltas (p^T M p = K at the solution).
 
 A degenerate round (a non-negative combination of the deltas vanishes: no minimiser) falls back to
@@ -34,7 +36,7 @@ from typing import Any
 import numpy as np
 
 from flcore.config import RunConfig
-from flcore.methods.fedrane import CD_LOSS, EVAL_DENSITY, TRAIN_DENSITY, FedRANEConfig
+from flcore.methods.fedrane import CD_LOSS, EVAL_DENSITY, MIXUP_LOSS, TRAIN_DENSITY, rane_config
 from strategies.aggregation import weighted_average
 from strategies.base import ClientUpdate, FLStrategy, Params
 from strategies.nash import (STATUS_CONVERGED, NashSolution, combine_deltas, delta_gram, floating_keys,
@@ -48,7 +50,8 @@ def lra_summary(updates: list[ClientUpdate]) -> dict[str, Any]:
     clients), of their P-FL evaluation graphs (mean over the clients that have a local test split), mean L_CD.
     Empty when no client reported them (fedrane-no-lra)."""
     out: dict[str, Any] = {}
-    for key, stats in ((TRAIN_DENSITY, ("mean", "min", "max")), (EVAL_DENSITY, ("mean",)), (CD_LOSS, ("mean",))):
+    for key, stats in ((TRAIN_DENSITY, ("mean", "min", "max")), (EVAL_DENSITY, ("mean",)), (CD_LOSS, ("mean",)),
+                       (MIXUP_LOSS, ("mean",))):
         values = np.array([float(u.metrics[key]) for u in updates if key in u.metrics], dtype=np.float64)
         values = values[np.isfinite(values)]
         if values.size:
@@ -65,11 +68,13 @@ def weight_spread(weights: np.ndarray, fractions: np.ndarray) -> dict[str, float
 
 
 def step_coefficients(gram: np.ndarray, p: np.ndarray, fractions: np.ndarray, scale: str,
-                      server_lr: float = 1.0) -> np.ndarray:
+                      server_lr: float = 1.0, radius: float = 0.0) -> np.ndarray:
     """Coefficients c of theta_{t+1} = theta_t + sum_k c_k Delta_k for the Nash direction G p.
 
     normalized: c = p / sum p;  fedavg-norm: c = p * sqrt(f^T M f / p^T M p) (f = sample fractions),
-    so ||G c|| = ||G f||;  server-lr: c = server_lr * p.
+    so ||G c|| = ||G f||;  server-lr: c = server_lr * p;  radius: c = p * r / sqrt(p^T M p), the step on the
+    boundary of the ball of radius r (the paper's agreement set B_r; r = K, the number of deltas, when
+    ``radius`` is 0).
     """
     p = np.asarray(p, dtype=np.float64)
     if scale == "normalized":
@@ -79,6 +84,9 @@ def step_coefficients(gram: np.ndarray, p: np.ndarray, fractions: np.ndarray, sc
         return p * math.sqrt(max(float(f @ gram @ f), 0.0) / float(p @ gram @ p))
     if scale == "server-lr":
         return server_lr * p
+    if scale == "radius":
+        r = radius if radius > 0 else float(p.size)
+        return p * (r / math.sqrt(float(p @ gram @ p)))
     raise ValueError(f"unknown gne-scale '{scale}'")
 
 
@@ -87,7 +95,7 @@ class GNEStrategy(FLStrategy):
 
     def __init__(self, cfg: RunConfig) -> None:
         super().__init__(cfg)
-        self.gne = cfg.section(FedRANEConfig)
+        self.gne = rane_config(cfg)   # fedrane.* or, for fedrane-code, fedrane-code.*
         self.warm: dict[int, float] = {}     # last normalised weight w_k = p_k / sum p of each client
         self._metrics: dict[str, Any] = {}
 
@@ -135,7 +143,8 @@ class GNEStrategy(FLStrategy):
         if sol.status != STATUS_CONVERGED:
             log.warning("round %s: GNE solver %s stopped with status %s after %s iteration(s), residual %.3g %s",
                         server_round, self.gne.gne_solver, sol.status, sol.iterations, sol.residual, sol.message)
-        coef = step_coefficients(gram, sol.p, fractions, self.gne.gne_scale, self.gne.gne_server_lr)
+        coef = step_coefficients(gram, sol.p, fractions, self.gne.gne_scale, self.gne.gne_server_lr,
+                                 self.gne.gne_radius)
         new_params = combine_deltas(params, client_params, coef)
         w = sol.p / sol.p.sum()
         self.warm = {c: float(wk) for c, wk in zip(cids, w)}

@@ -7,16 +7,24 @@ local loop. P-FL ("local-accuracy") is the base trainer's evaluation of the trai
 evaluation (the default) each local test sample is evaluated against a fixed support set of this client's
 training data (a seeded choice of its rows, the same every round). It reports the mean graph density of
 its training graphs and, when it has a local test split, of its P-FL evaluation graphs.
+
+With ``mixup-weight`` > 0 (fedrane-code: the authors' clientFedRANE.py train_raw) each batch also yields a
+mixed batch x_mix = lam x + (1 - lam) x[perm], lam ~ Beta(mixup-alpha, mixup-alpha), perm a random permutation
+(both from a generator seeded by (seed, round, client)); F runs once over [x; x_mix], the mixed rows go through
+G with their own L_CD term, and the loss gains mixup-weight * (lam CE(o, y) + (1 - lam) CE(o, y[perm])) with o the
+mixed rows' predictor input (``mixup-logits = features``, as train_raw) or the classifier's logits on it.
 """
 
 from __future__ import annotations
 
+import numpy as np
 import torch
+import torch.nn.functional as F
 from torch import nn
 
 from client_app.trainers.base import Trainer, TrainJob, TrainReply
 from client_app.training import LossTerm, Step, TrainStats
-from flcore.methods.fedrane import CD_LOSS, EVAL_DENSITY, TRAIN_DENSITY
+from flcore.methods.fedrane import CD_LOSS, EVAL_DENSITY, MIXUP_LOSS, TRAIN_DENSITY
 from models.evaluation import eval_support
 from models.lra import LRANeck, contrastive_discrimination
 
@@ -31,18 +39,52 @@ class ContrastiveTerm(LossTerm):
     def __init__(self, neck: LRANeck) -> None:
         self.neck = neck
         self.z_hat: torch.Tensor | None = None
+        self.mixed: tuple[torch.Tensor, torch.Tensor] | None = None   # (Z_mix, Z_mix_hat) with mixup
         self.sum = 0.0
         self.count = 0
 
     def loss(self, model: nn.Module, step: Step) -> torch.Tensor | None:
         cfg = self.neck.cfg
         z_hat, self.z_hat = self.z_hat, None
+        mixed, self.mixed = self.mixed, None
         if cfg.lra_lambda_cd == 0 or z_hat is None or step.features.shape[0] < 2:
             return None  # a batch of one has no negatives
-        cd = contrastive_discrimination(step.features, z_hat, cfg.lra_tau, cfg.lra_cd_symmetric)
+        cd = contrastive_discrimination(step.features, z_hat, cfg.lra_tau, cfg.lra_cd_symmetric,
+                                        cfg.lra_cd_similarity)
         self.sum += float(cd.detach())
         self.count += 1
+        if mixed is not None:
+            cd = cd + contrastive_discrimination(mixed[0], mixed[1], cfg.lra_tau, cfg.lra_cd_symmetric,
+                                                 cfg.lra_cd_similarity)
         return cfg.lra_lambda_cd * cd
+
+
+class MixupTerm(LossTerm):
+    """mixup-weight * (lam CE(o, y_a) + (1 - lam) CE(o, y_b)) for the mixed batch the trainer's forward made."""
+
+    def __init__(self, weight: float) -> None:
+        self.weight = weight
+        self.pending: tuple[torch.Tensor, torch.Tensor, torch.Tensor, float] | None = None
+        self.sum = 0.0
+        self.count = 0
+
+    def loss(self, model: nn.Module, step: Step) -> torch.Tensor | None:
+        pending, self.pending = self.pending, None
+        if pending is None:
+            return None
+        logits, y_a, y_b, lam = pending
+        term = lam * F.cross_entropy(logits, y_a) + (1.0 - lam) * F.cross_entropy(logits, y_b)
+        self.sum += float(term.detach())
+        self.count += 1
+        return self.weight * term
+
+
+def mix_batch(x: torch.Tensor, rng: np.random.Generator, alpha: float) -> tuple[torch.Tensor, torch.Tensor, float]:
+    """(lam x + (1 - lam) x[perm], perm, lam) with lam ~ Beta(alpha, alpha) and perm uniform (the authors'
+    btLoss.py mixup_data)."""
+    lam = float(rng.beta(alpha, alpha))
+    perm = torch.as_tensor(rng.permutation(x.shape[0]), device=x.device)
+    return lam * x + (1.0 - lam) * x[perm], perm, lam
 
 
 class LRATrainer(Trainer):
@@ -56,15 +98,22 @@ class LRATrainer(Trainer):
                              "LRA neck (the method's model hook 'models.lra:add_lra_neck' was not applied)")
         self.neck = neck
         self.cd_term = ContrastiveTerm(neck)
+        cfg = neck.cfg
+        self.mixup = MixupTerm(cfg.mixup_weight) if cfg.mixup_weight > 0 else None
+        self.rng = np.random.default_rng([job.cfg.seed, job.server_round, job.cid, 0x31])  # mixup's lam and perm
 
     def run(self) -> TrainReply:
         """The base sequence, with this client's training support attached for (inductive) evaluation."""
         self.neck.stats.reset()          # a pooled model may carry counts of an earlier message
-        with eval_support(self.job.model, self.job.data.x_train, (self.cfg.seed, self.job.cid)):
-            return super().run()
+        self.neck.generator = self.job.generator   # training-time dropout of the neck (fedrane.lra-dropout)
+        try:
+            with eval_support(self.job.model, self.job.data.x_train, (self.cfg.seed, self.job.cid)):
+                return super().run()
+        finally:
+            self.neck.generator = None             # the pooled model is left as built (client_app/model_pool.py)
 
     def terms(self) -> list[LossTerm]:
-        return [self.cd_term]
+        return [self.cd_term] if self.mixup is None else [self.cd_term, self.mixup]
 
     def before_fit(self) -> dict[str, float | int]:
         self.neck.stats.pop("eval")      # the received model's evaluation: not the P-FL figure
@@ -72,14 +121,25 @@ class LRATrainer(Trainer):
 
     def forward(self, model: nn.Module, x: torch.Tensor, y: torch.Tensor):
         """(logits, Z) with logits = predictor(mix(Z, Z_hat)); Z_hat kept for L_CD."""
-        z = model.features(x)
-        z_hat = self.neck.augment(z)
-        self.cd_term.z_hat = z_hat
+        if self.mixup is None:
+            z = model.features(x)
+            z_hat = self.neck.augment(z)
+            self.cd_term.z_hat = z_hat
+            return model.head(self.neck.mix(z, z_hat)), z
+        x_mix, perm, lam = mix_batch(x, self.rng, self.neck.cfg.mixup_alpha)
+        both = model.features(torch.cat([x, x_mix]))
+        z, z_mix = both[: x.shape[0]], both[x.shape[0]:]
+        z_hat, z_mix_hat = self.neck.augment(z), self.neck.augment(z_mix)
+        self.cd_term.z_hat, self.cd_term.mixed = z_hat, (z_mix, z_mix_hat)
+        o = self.neck.mix(z_mix, z_mix_hat)
+        self.mixup.pending = (o if self.neck.cfg.mixup_logits == "features" else model.head(o), y, y[perm], lam)
         return model.head(self.neck.mix(z, z_hat)), z
 
     def extra_metrics(self, stats: TrainStats) -> dict[str, float | int]:
         t = self.cd_term
         out: dict[str, float | int] = {CD_LOSS: t.sum / t.count if t.count else 0.0}
+        if self.mixup is not None:
+            out[MIXUP_LOSS] = self.mixup.sum / self.mixup.count if self.mixup.count else 0.0
         train = self.neck.stats.pop("train")
         if train is not None:
             out[TRAIN_DENSITY] = train[0]

@@ -1,0 +1,149 @@
+"""FedRANE as the authors' code runs it (method fedrane-code, keys fedrane-code.*), the paper's radius-K GNE step,
+and the complete-graph path of lra-cut = none, checked by values."""
+
+from __future__ import annotations
+
+import math
+
+import numpy as np
+import pytest
+import torch
+import torch.nn.functional as F
+
+from client_app.trainers.fedrane import mix_batch
+from flcore.config import RunConfig, resolve_run_config
+from flcore.methods.fedrane import FedRANECodeConfig, FedRANEConfig, rane_config
+from models import build_model
+from models.heads import OrthogonalHead
+from models.lra import (complete_mask, contrastive_discrimination, neighbour_mask, pearson_matrix,
+                        relational_adjacency, slim_alternating, slim_closed_form)
+from models.lra_gat import GATHead
+from strategies.fedrane import step_coefficients
+
+
+def cfg_of(method: str, **over) -> RunConfig:
+    return RunConfig.from_dict(resolve_run_config({"method": method, "dataset": "digits", **over}))
+
+
+def test_the_code_variant_reads_its_own_section_and_the_paper_variant_is_unchanged():
+    code = rane_config(cfg_of("fedrane-code"))
+    paper = rane_config(cfg_of("fedrane"))
+    assert isinstance(code, FedRANECodeConfig) and type(paper) is FedRANEConfig
+    assert (code.lra_graph, code.lra_cut, code.lra_eval, code.lra_gnn, code.lra_cd_similarity) == \
+        ("closed-form", "none", "identity", "gat", "cosine")
+    assert (code.lra_lambda_cd, code.lra_dropout, code.mixup_weight, code.gne_warm_start, code.hypersphere) == \
+        (0.1, 0.2, 10.0, False, True)
+    # the paper variant's defaults are the ones its known outputs were recorded with
+    assert (paper.lra_graph, paper.lra_cut, paper.lra_eval, paper.lra_gnn, paper.mixup_weight, paper.hypersphere) \
+        == ("alternating", "row-mean", "inductive", "dot", 0.0, False)
+    # a fedrane-code.* key moves only the code variant
+    assert rane_config(cfg_of("fedrane-code", **{"fedrane-code.mixup-weight": 2.0})).mixup_weight == 2.0
+    assert rane_config(cfg_of("fedrane", **{"fedrane-code.mixup-weight": 2.0})).mixup_weight == 0.0
+
+
+def test_every_code_default_that_differs_names_its_source_file():
+    for spec, base in zip(FedRANECodeConfig.specs(), FedRANEConfig.specs()):
+        if spec.default != base.default:
+            assert "XeniaLLL/HyperFed_and_FedRANE-master" in spec.doc and ".py" in spec.doc, spec.key
+
+
+def test_the_code_model_has_unit_features_a_fixed_orthogonal_classifier_and_a_gat_neck():
+    cfg = cfg_of("fedrane-code", model="mlp")
+    model = build_model(cfg, (64,), 10)
+    z = model.features(torch.randn(5, 64) * 3)
+    assert torch.allclose(z.norm(dim=1), torch.ones(5), atol=1e-6)
+    assert isinstance(model.head, OrthogonalHead)
+    assert isinstance(model.neck.layers[0].heads[0], GATHead) and len(model.neck.layers[0].heads) == 2
+    model.eval()   # evaluation without the graph: logits = W^T z
+    x = torch.randn(6, 64)
+    assert torch.allclose(model(x), model.features(x) @ model.head.weight, atol=1e-6)
+
+
+def test_the_gat_head_is_additive_attention_over_the_neighbours():
+    torch.manual_seed(0)
+    head = GATHead(4)
+    h = torch.randn(3, 4)
+    mask = torch.tensor([[False, True, True], [True, False, False], [True, True, False]])
+    wh = head.w(h)
+    a = head.a.weight[0]
+    out = torch.empty(3, 4)
+    for i in range(3):   # the authors' pairwise form: e_ij = LeakyReLU(a^T [Wh_i ; Wh_j]) over j in N_i
+        e = torch.stack([F.leaky_relu(a @ torch.cat([wh[i], wh[j]]), 0.1) for j in range(3)])
+        att = torch.softmax(e.masked_fill(~mask[i], float("-inf")), dim=0)
+        out[i] = F.elu(att @ wh)
+    assert torch.allclose(head(h, mask), out, atol=1e-6)
+
+
+def test_cosine_contrastive_loss_by_hand():
+    z = torch.tensor([[1.0, 0.0], [0.0, 1.0]])
+    z_hat = torch.tensor([[1.0, 0.0], [0.0, 2.0]])
+    tau = 0.5
+    # anchor z_0: positive z_hat_0 (cos 1); negatives z_1 (0), z_hat_1 (0)
+    expected = -math.log(math.exp(1 / tau) / (math.exp(1 / tau) + 2.0))
+    assert float(contrastive_discrimination(z, z_hat, tau, symmetric=True, similarity="cosine")) == \
+        pytest.approx(expected, rel=1e-6)
+    with pytest.raises(ValueError, match="similarity"):
+        contrastive_discrimination(z, z_hat, tau, similarity="dot")
+
+
+def test_mixup_batch_mixes_with_a_beta_draw_and_a_permutation():
+    x = torch.arange(12.0).reshape(4, 3)
+    mixed, perm, lam = mix_batch(x, np.random.default_rng(5), 0.5)
+    rng = np.random.default_rng(5)
+    lam_ref = rng.beta(0.5, 0.5)
+    perm_ref = rng.permutation(4)
+    assert lam == pytest.approx(lam_ref) and perm.tolist() == perm_ref.tolist()
+    assert torch.allclose(mixed, lam * x + (1 - lam) * x[perm])
+
+
+@pytest.mark.parametrize("solver", ["alternating", "closed-form"])
+def test_the_complete_graph_path_is_the_slim_path_under_cut_none(solver):
+    """Identical masks, except that a constant feature row (a dead sample) is isolated exactly, where the
+    alternating solve links it to others only through round-off (its relations are ~1e-16 of the others')."""
+    g = torch.Generator().manual_seed(1)
+    for trial in range(20):
+        z = torch.randn(3, 17, 8, generator=g, dtype=torch.float64)
+        z[0, 4] = 0.0                        # a dead sample: zero features
+        z[2, 7] = 1.5                        # a constant row
+        p = pearson_matrix(z)
+        b = slim_alternating(p, 0.1) if solver == "alternating" else slim_closed_form(p, 0.1)
+        a = relational_adjacency(b)
+        slow = neighbour_mask(a, 0, "none")
+        fast = complete_mask(p)
+        assert torch.equal(fast[1], slow[1])                               # no constant row: identical
+        for graph, node in ((0, 4), (2, 7)):
+            assert fast[graph, node].sum() == 1 and fast[graph, node, node]   # isolated: only itself
+            assert not fast[graph, :, node].sum() > 1
+            assert float(a[graph, node].max()) <= 1e-12 * float(a[graph].max())
+            keep = [i for i in range(17) if i != node]
+            assert torch.equal(fast[graph][keep][:, keep], slow[graph][keep][:, keep])
+        if solver == "closed-form":
+            assert torch.equal(fast, slow)
+
+
+def test_the_radius_step_has_norm_r_and_defaults_to_k():
+    rng = np.random.default_rng(0)
+    g = rng.normal(size=(30, 4))
+    gram = g.T @ g
+    p = np.array([0.3, 0.2, 0.4, 0.1])
+    c = step_coefficients(gram, p, np.full(4, 0.25), "radius")
+    assert math.sqrt(c @ gram @ c) == pytest.approx(4.0)
+    c = step_coefficients(gram, p, np.full(4, 0.25), "radius", radius=2.5)
+    assert math.sqrt(c @ gram @ c) == pytest.approx(2.5)
+    np.testing.assert_allclose(c / c.sum(), p / p.sum())   # the same direction as the normalised step
+
+
+def test_a_code_variant_round_trains_with_mixup_and_reports_it(tmp_path):
+    import json
+
+    from server_app.runner import run_federation
+    from tests.fakegrid import FakeGrid
+
+    cfg = RunConfig.from_dict(resolve_run_config({
+        "method": "fedrane-code", "dataset": "digits", "model": "convnet", "num-server-rounds": 1,
+        "max-local-steps": 2, "batch-size": 16, "checkpoint": False, "out-dir": str(tmp_path / "run")}))
+    run_federation(FakeGrid(3), cfg)
+    rnd = json.loads((tmp_path / "run" / "results.json").read_text())["rounds"][0]["strategy"]
+    assert rnd["lra-mixup-loss-mean"] > 0 and rnd["lra-cd-loss-mean"] > 0
+    assert rnd["lra-graph-density-mean"] == 1.0           # lra-cut = none: the complete graph
+    assert rnd["gne-status"] in ("converged", "max-iter")
