@@ -149,6 +149,26 @@ def presets_status(results_root: Path) -> str:
     return "\n".join(lines) + "\n"
 
 
+def paper_table(runs: dict[str, list[dict[str, Any]]], order: list[str], paper: dict[str, Any]) -> str:
+    """Ours beside the paper's values (an experiment config's [paper] table: g-fl / p-fl per run label), in %:
+    final G-FL and P-FL, mean ± std over seeds; '-' where the paper's table has no row."""
+    if not paper:
+        return ""
+    lines = [f"Beside the paper ({paper.get('source', 'the paper')}):", "",
+             "| run | seeds | G-FL (ours) | G-FL (paper) | P-FL (ours) | P-FL (paper) |", "|---|---|---|---|---|---|"]
+    for label in [l for l in order if l in runs] + [l for l in runs if l not in order]:
+        docs = runs[label]
+
+        def theirs(kind: str) -> str:
+            value = (paper.get(kind) or {}).get(label)
+            return f"{100 * value:.2f}" if value is not None else "-"
+
+        lines.append(f"| {label} | {len(docs)} | {mean_std([d['final'].get('global_accuracy') for d in docs], 100, 2)}"
+                     f" | {theirs('g-fl')} | {mean_std([d['final'].get('local_accuracy') for d in docs], 100, 2)}"
+                     f" | {theirs('p-fl')} |")
+    return "\n".join(lines) + "\n"
+
+
 def stacks_line(runs: dict[str, list[dict[str, Any]]]) -> str:
     """The stacks the runs of a table came from (issue 30), each with its number of runs."""
     counts: dict[str, int] = {}
@@ -169,12 +189,14 @@ def build() -> str:
         if not runs:
             continue
         meta: dict[str, Any] = {}
+        paper: dict[str, Any] = {}
         order: list[str] = []
         cfg_file = exp_dir / "experiment.toml"
         if cfg_file.exists():
             with cfg_file.open("rb") as fh:
                 conf = tomllib.load(fh)
             meta = conf.get("experiment", {})
+            paper = conf.get("paper", {})
             order = list(conf.get("runs", {}))
         first = next(iter(runs.values()))[0]
         fig = plot(exp_dir.name, runs)
@@ -184,7 +206,7 @@ def build() -> str:
                   f"Experiment `{exp_dir.name}` (config `experiments/configs/` → copy in `results/{exp_dir.name}/experiment.toml`); "
                   f"{meta.get('num-supernodes', first['final'].get('num_clients'))} clients; target accuracy {target}. "
                   f"Common setting: {setting(first)}.", "", stacks_line(runs), "",
-                  table(runs, order), "", tuning_table(exp_dir) or UNTUNED.read_text(), f"![{exp_dir.name}](figures/{fig.name})", ""]
+                  table(runs, order), "", paper_table(runs, order, paper), tuning_table(exp_dir) or UNTUNED.read_text(), f"![{exp_dir.name}](figures/{fig.name})", ""]
     return "\n".join(parts) + "\n"
 
 
