@@ -6,11 +6,18 @@ of it as the client's local test split (P-FL; 0 = none, every sample trains) and
 the rest as its validation split (hyper-parameter tuning; never trained on), both seeded by (seed, cid). ``rotated-mnist`` rotates client k's images by k * rotation-step-deg.
 ``synthetic`` generates client k's data directly. ``node_arrays(path)`` reads a node-local ``.npz`` for
 deployments (see docs/DEPLOYMENT.md for the format).
+
+Test data is fixed per dataset (``data_seed``), never drawn from the run or tuning seed, as a real dataset's
+test split is: the torchvision sets use their official test set; mnist-5k / rotated-mnist / digits hold out
+``global-test-fraction`` of the pool with the dataset's own seed; ``synthetic`` generates one fixed federation
+(the dataset's seed) whose per-client held-out parts form the G-FL test set. The run seed draws the partition of
+the remaining training pool, the validation and local test splits, the model and the client sampling.
 """
 
 from __future__ import annotations
 
 import functools
+import zlib
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -33,16 +40,25 @@ class ClientArrays:
     y_val: np.ndarray | None = None
 
 
+_SAME_DATA = {"rotated-mnist": "mnist-5k"}  # rotated-mnist rotates mnist-5k's images: the same split
+
+
+def data_seed(dataset: str) -> int:
+    """The fixed seed of ``dataset``'s test split (and of ``synthetic``'s generated federation): CRC-32 of the
+    dataset's name (rotated-mnist uses mnist-5k's), the same for every run and tuning seed."""
+    return zlib.crc32(_SAME_DATA.get(dataset, dataset).encode())
+
+
 def _pool(cfg: RunConfig):
-    return load_pool(cfg.dataset, cfg.seed, cfg.global_test_fraction, cfg.data_root, cfg.download)
+    return load_pool(cfg.dataset, data_seed(cfg.dataset), cfg.global_test_fraction, cfg.data_root, cfg.download)
 
 
 @functools.lru_cache(maxsize=8)
 def _partition(dataset: str, partition: str, seed: int, num_partitions: int, alpha: float, shards: int,
                classes: int, per_class: int, exponent: float, min_size: int, test_fraction: float,
                data_root: str, download: bool) -> tuple[np.ndarray, ...]:
-    labels = load_pool(dataset, seed, test_fraction, data_root, download).y_train
-    rng = np.random.default_rng([int(seed), 0x9A27])
+    labels = load_pool(dataset, data_seed(dataset), test_fraction, data_root, download).y_train
+    rng = np.random.default_rng([int(seed), 0x9A27])  # the run seed draws the partition of the training pool
     if partition == "iid":
         parts = P.iid(len(labels), num_partitions, rng, min_size)
     elif partition == "dirichlet":
@@ -67,7 +83,7 @@ def partition_indices(cfg: RunConfig, num_partitions: int) -> tuple[np.ndarray, 
 
 def rotate(x: np.ndarray, degrees: float) -> np.ndarray:
     """Rotate a batch of images (N, C, H, W) counter-clockwise by ``degrees``."""
-    if degrees % 360 == 0:
+    if degrees % 360 == 0 or len(x) == 0:
         return x
     import torch
     import torchvision.transforms.functional as TF
@@ -88,22 +104,36 @@ def held_out_fraction(cfg: RunConfig) -> float:
     return cfg.local_test_fraction
 
 
-def client_arrays(cfg: RunConfig, cid: int, num_partitions: int) -> ClientArrays:
+def client_indices(cfg: RunConfig, cid: int, num_partitions: int) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    """Client ``cid``'s (train, local test, validation) samples as indices: into the pool's training part, or
+    for ``synthetic`` into client ``cid``'s generated data. Its local test split is drawn with the run seed
+    (a part of the run's partition), except for ``synthetic``, whose held-out parts are the G-FL test set and
+    therefore drawn with the dataset's fixed seed."""
     if not 0 <= cid < num_partitions:
         raise DatasetError(f"partition-id {cid} is out of range for num-partitions={num_partitions}")
     if cfg.dataset == "synthetic":
-        x, y = synthetic_client(cfg.synthetic_alpha, cfg.synthetic_beta, cfg.seed, cid)
+        n = len(synthetic_client(cfg.synthetic_alpha, cfg.synthetic_beta, data_seed("synthetic"), cid)[1])
+        idx, split_seed = np.arange(n), data_seed("synthetic")
+    else:
+        idx, split_seed = partition_indices(cfg, num_partitions)[cid], int(cfg.seed)
+    tr, te = P.local_split(len(idx), held_out_fraction(cfg), np.random.default_rng([split_seed, int(cid), 0x5917]))
+    keep, val = P.local_split(len(tr), cfg.validation_fraction, np.random.default_rng([int(cfg.seed), int(cid), 0x7A11]))
+    return idx[tr[keep]], idx[te], idx[tr[val]]
+
+
+def client_arrays(cfg: RunConfig, cid: int, num_partitions: int) -> ClientArrays:
+    tr, te, va = client_indices(cfg, cid, num_partitions)
+    if cfg.dataset == "synthetic":
+        x, y = synthetic_client(cfg.synthetic_alpha, cfg.synthetic_beta, data_seed("synthetic"), cid)
         num_classes = dataset_shape("synthetic")[1]
     else:
         pool = _pool(cfg)
-        idx = partition_indices(cfg, num_partitions)[cid]
-        x, y = pool.x_train[idx], pool.y_train[idx]
-        if cfg.dataset == "rotated-mnist":
-            x = rotate(x, client_angle(cfg, cid))
+        x, y = pool.x_train, pool.y_train
         num_classes = pool.num_classes
-    tr, te = P.local_split(len(y), held_out_fraction(cfg), np.random.default_rng([int(cfg.seed), int(cid), 0x5917]))
-    keep, val = P.local_split(len(tr), cfg.validation_fraction, np.random.default_rng([int(cfg.seed), int(cid), 0x7A11]))
-    tr, va = tr[keep], tr[val]
+        if cfg.dataset == "rotated-mnist":
+            angle = client_angle(cfg, cid)
+            return ClientArrays(rotate(x[tr], angle), y[tr], rotate(x[te], angle), y[te], num_classes,
+                                rotate(x[va], angle), y[va])
     return ClientArrays(x[tr], y[tr], x[te], y[te], num_classes, x[va], y[va])
 
 

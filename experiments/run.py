@@ -61,7 +61,17 @@ def load_experiment(path: Path) -> dict[str, Any]:
         except ConfigError as exc:
             raise ConfigError(f"{path}: run '{label}': {exc}") from None
     doc["tuning"] = parse_plan(doc["tuning"], list(doc["runs"]), str(path)) if "tuning" in doc else None
+    if doc["tuning"] is not None:
+        check_tuning_seed(doc["tuning"].seed, exp.get("seeds", [0, 1, 2]), f"{path}: [experiment] seeds")
     return doc
+
+
+def check_tuning_seed(tuning_seed: int, reported: list[int], where: str) -> None:
+    """Refuse a tuning seed that is also a reported seed: the choice would be made on the very federation
+    (partition, validation split, model initialisation) whose test accuracy is then reported."""
+    if int(tuning_seed) in {int(s) for s in reported}:
+        raise ConfigError(f"tuning seed {tuning_seed} ([tuning] seed) is also a reported seed ({where} = "
+                          f"{sorted(int(s) for s in reported)}): tune on a seed that is not reported")
 
 
 def tuned_runs(doc: dict[str, Any], root: Path, only: list[str] | None = None) -> dict[str, dict[str, Any]]:
@@ -73,6 +83,22 @@ def tuned_runs(doc: dict[str, Any], root: Path, only: list[str] | None = None) -
         return runs
     chosen = load_choices(root, list(runs))
     return {label: {**over, **chosen[label]} for label, over in runs.items()}
+
+
+SPLIT_MARKER = "test_split.json"
+
+
+def write_split_marker(out_root: Path, doc: dict[str, Any]) -> None:
+    """Record that this experiment's runs use the test split fixed per dataset (issue 31; the report marks
+    experiments recorded before it, whose test split followed the run seed)."""
+    import json
+
+    from data_partitioning.federated import data_seed
+
+    datasets = sorted({str(resolve_run_config({**doc["base"], **over})["dataset"]) for over in doc["runs"].values()})
+    (out_root / SPLIT_MARKER).write_text(json.dumps(
+        {"test-split": "fixed per dataset, independent of the run and tuning seeds",
+         "data-seed": {name: data_seed(name) for name in datasets}}, indent=1) + "\n")
 
 
 def run_dir(name: str, label: str, seed: int) -> Path:
@@ -115,9 +141,12 @@ def main(argv: list[str] | None = None) -> int:
     exp = doc["experiment"]
     name = exp["name"]
     seeds = args.seeds if args.seeds is not None else exp.get("seeds", [0, 1, 2])
+    if doc["tuning"] is not None:
+        check_tuning_seed(doc["tuning"].seed, seeds, "--seeds" if args.seeds is not None else "[experiment] seeds")
     out_root = RESULTS_ROOT / name
     out_root.mkdir(parents=True, exist_ok=True)
     shutil.copyfile(args.config, out_root / "experiment.toml")
+    write_split_marker(out_root, doc)
     jobs = []  # (label, seed, out-dir, run-config values) of every run still to do, in order
     for label, over in tuned_runs(doc, out_root, args.only).items():
         if args.only and label not in args.only:
