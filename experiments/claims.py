@@ -4,11 +4,15 @@ The claims are declared in experiments/claims.toml (paper figure, the experiment
 and — written after looking at the results — the measured reason when a claim does not hold). The numbers and
 the verdict are computed here from the result files:
 
-- gain = mean over seeds of (method - baseline) final G-FL accuracy, paired by seed; +/- the std of those
-  differences (>= 3 seeds required, else the claim is "not run");
-- the reason may quote statistics of per-round metrics as ``{{label:metric:min|median|max|mean}}``;
-- verdict: **reproduced** when gain - std > 0 and the gain is at least half the paper's; **partly** when the
-  gain is positive but smaller than that or within one std; **not reproduced** when gain <= 0.
+- gain = mean over seeds of (method - baseline) final G-FL accuracy, paired by seed, with its Student-t 95 %
+  interval and two-sided p (experiments/stats.py); a claim needs ``min-seeds`` paired seeds (default 5; a
+  row whose setting cannot afford that, e.g. full Fashion-MNIST on this CPU, may declare 3 and the table
+  says so), else it is "not run";
+- the verdict is read off the interval (experiments/stats.py: reproduced, smaller than claimed, inconclusive,
+  contradicted), and the rule is printed above the ledger;
+- the reason may quote statistics of per-round metrics as ``{{label:metric:min|median|max|mean}}``, and the
+  row's paired differences as ``{{gain:min|max|positive|n}}`` (smallest / largest per-seed gain, the number of
+  seeds with a positive gain, the number of seeds).
 """
 
 from __future__ import annotations
@@ -21,11 +25,13 @@ from dataclasses import dataclass
 from pathlib import Path
 import numpy as np
 
+from experiments.stats import PairedGain, paired_gain, rule, verdict as ci_verdict
 from flcore.config import PROJECT_ROOT
 
 CLAIMS = PROJECT_ROOT / "experiments" / "claims.toml"
 INTRO = PROJECT_ROOT / "docs" / "templates" / "RESULTS_claims.md"  # the ledger's prose
-MIN_SEEDS = 3
+MIN_SEEDS = 5       # paired seeds a claim needs unless it declares fewer (never below FLOOR_SEEDS)
+FLOOR_SEEDS = 3
 METRIC = "global_accuracy"
 
 
@@ -40,14 +46,15 @@ class Claim:
     baseline: str
     method: str
     reason: str = ""
+    min_seeds: int = MIN_SEEDS
 
 
 @dataclass(frozen=True)
 class Measured:
     seeds: int
-    baseline: tuple[float, float]   # mean, std (%)
+    baseline: tuple[float, float]   # mean, sample std (ddof = 1) over the paired seeds (%)
     method: tuple[float, float]
-    gain: tuple[float, float]       # mean, std of paired differences (percentage points)
+    gain: PairedGain                # of the paired differences (percentage points)
 
 
 def load_claims(path: Path = CLAIMS) -> list[Claim]:
@@ -55,8 +62,12 @@ def load_claims(path: Path = CLAIMS) -> list[Claim]:
         doc = tomllib.load(fh)
     out = []
     for c in doc.get("claim", []):
+        min_seeds = c.get("min-seeds", MIN_SEEDS)
+        if not isinstance(min_seeds, int) or isinstance(min_seeds, bool) or min_seeds < FLOOR_SEEDS:
+            raise ValueError(f"{path}: claim '{c.get('id')}': min-seeds must be an integer >= {FLOOR_SEEDS}, "
+                             f"got {min_seeds!r}")
         out.append(Claim(c["id"], c["paper"], c["claim"], c["paper-figure"], c.get("paper-gain"),
-                         c["experiment"], c["baseline"], c["method"], c.get("reason", "").strip()))
+                         c["experiment"], c["baseline"], c["method"], c.get("reason", "").strip(), min_seeds))
     return out
 
 
@@ -88,9 +99,30 @@ def round_values(results_root: Path, experiment: str, label: str, key: str) -> l
     return out
 
 
+_GAIN = re.compile(r"\{\{gain:(min|max|positive|n)\}\}")
+
+
+def paired_differences(results_root: Path, claim: Claim) -> list[float]:
+    """Per-seed gains (method - baseline, percentage points) over the seeds run for both."""
+    base = final_by_seed(results_root, claim.experiment, claim.baseline)
+    meth = final_by_seed(results_root, claim.experiment, claim.method)
+    return [meth[s] - base[s] for s in sorted(set(base) & set(meth))]
+
+
 def fill_reason(results_root: Path, claim: Claim) -> str:
     """The claim's reason with each ``{{label:metric:stat}}`` replaced by that statistic over all rounds and
-    seeds of run ``label`` in the claim's experiment (so the reason's numbers come from the result files)."""
+    seeds of run ``label`` in the claim's experiment, and each ``{{gain:stat}}`` by that statistic of the
+    row's per-seed gains (so the reason's numbers come from the result files)."""
+    diffs = paired_differences(results_root, claim)
+
+    def gain(m: re.Match) -> str:
+        if not diffs:
+            return "(no paired seeds)"
+        stat = m.group(1)
+        if stat in ("positive", "n"):
+            return str(sum(d > 0 for d in diffs) if stat == "positive" else len(diffs))
+        return f"{(min if stat == 'min' else max)(diffs):+.2f}"
+
     def one(m: re.Match) -> str:
         values = round_values(results_root, claim.experiment, m.group(1), m.group(2))
         if not values:
@@ -98,57 +130,55 @@ def fill_reason(results_root: Path, claim: Claim) -> str:
         stat = {"min": np.min, "median": np.median, "max": np.max, "mean": np.mean}[m.group(3)](values)
         return f"{stat:.3g}"
 
-    return _PLACEHOLDER.sub(one, claim.reason)
+    return _PLACEHOLDER.sub(one, _GAIN.sub(gain, claim.reason))
 
 
 def measure(results_root: Path, claim: Claim) -> Measured | None:
-    """Paired-by-seed comparison, or None with fewer than MIN_SEEDS seeds run for both."""
+    """Paired-by-seed comparison, or None with fewer than the claim's ``min_seeds`` seeds run for both."""
     base = final_by_seed(results_root, claim.experiment, claim.baseline)
     meth = final_by_seed(results_root, claim.experiment, claim.method)
     seeds = sorted(set(base) & set(meth))
-    if len(seeds) < MIN_SEEDS:
+    if len(seeds) < claim.min_seeds:
         return None
     b = np.array([base[s] for s in seeds])
     m = np.array([meth[s] for s in seeds])
-    d = m - b
-    return Measured(len(seeds), (float(b.mean()), float(b.std())), (float(m.mean()), float(m.std())),
-                    (float(d.mean()), float(d.std())))
+    return Measured(len(seeds), (float(b.mean()), float(b.std(ddof=1))), (float(m.mean()), float(m.std(ddof=1))),
+                    paired_gain((m - b).tolist()))
 
 
 def verdict(measured: Measured | None, paper_gain: float | None) -> str:
-    if measured is None:
-        return "not run"
-    gain, std = measured.gain
-    if gain <= 0:
-        return "not reproduced"
-    half = 0.5 * paper_gain if paper_gain is not None and math.isfinite(paper_gain) and paper_gain > 0 else 0.0
-    if gain - std > 0 and gain >= half:
-        return "reproduced"
-    return "partly"
+    return "not run" if measured is None else ci_verdict(measured.gain, paper_gain)
 
 
-def _pm(pair: tuple[float, float], signed: bool = False) -> str:
-    return f"{pair[0]:+.2f} ± {pair[1]:.2f}" if signed else f"{pair[0]:.2f} ± {pair[1]:.2f}"
+def _pm(pair: tuple[float, float]) -> str:
+    return f"{pair[0]:.2f} ± {pair[1]:.2f}"
+
+
+def _p(p: float) -> str:
+    return "< 0.001" if p < 0.001 else f"{p:.3f}"
 
 
 def ledger(results_root: Path, claims: list[Claim], titles: dict[str, str]) -> str:
     """The markdown section (table + reasons)."""
-    lines = [INTRO.read_text().rstrip("\n"), "",
-             "| claim | paper | paper's figure | our setting | baseline | method | gain (pp) | seeds | verdict |",
-             "|---|---|---|---|---|---|---|---|---|"]
+    lines = [INTRO.read_text().rstrip("\n"), "", rule(), "",
+             "| claim | paper | paper's figure | our setting | baseline | method | n | gain (pp) | 95 % CI | p | verdict |",
+             "|---|---|---|---|---|---|---|---|---|---|---|"]
     reasons = []
     for c in claims:
         m = measure(results_root, c)
         v = verdict(m, c.paper_gain)
         setting = f"{titles.get(c.experiment, c.experiment)} ([section](#{_anchor(titles.get(c.experiment, c.experiment))}))"
         if m is None:
-            cells = ["–", "–", "–", "0"]
+            cells = ["–", "–", "0", "–", "–", "–"]
         else:
-            cells = [f"{c.baseline}: {_pm(m.baseline)}", f"{c.method}: {_pm(m.method)}", _pm(m.gain, True), str(m.seeds)]
+            g = m.gain
+            n = f"{m.seeds}" + (f" (min-seeds {c.min_seeds})" if c.min_seeds < MIN_SEEDS else "")
+            cells = [f"{c.baseline}: {_pm(m.baseline)}", f"{c.method}: {_pm(m.method)}", n, f"{g.mean:+.2f}",
+                     f"[{g.ci[0]:+.2f}, {g.ci[1]:+.2f}]", _p(g.p)]
         lines.append(f"| {c.claim} | {c.paper} | {c.paper_figure} | {setting} | " + " | ".join(cells) + f" | **{v}** |")
         if v == "not run":
-            reasons.append(f"- **{c.id}** (not run): results/{c.experiment}/ has fewer than {MIN_SEEDS} finished seeds "
-                           f"of both '{c.baseline}' and '{c.method}'")
+            reasons.append(f"- **{c.id}** (not run): results/{c.experiment}/ has fewer than {c.min_seeds} finished "
+                           f"seeds of both '{c.baseline}' and '{c.method}'")
         elif v != "reproduced":
             reasons.append(f"- **{c.id}** ({v}): " + (fill_reason(results_root, c) or "measured reason not yet "
                                                               "written in experiments/claims.toml"))

@@ -8,6 +8,7 @@ from pathlib import Path
 import pytest
 
 from experiments.claims import CLAIMS, Claim, Measured, ledger, load_claims, measure, verdict
+from experiments.stats import paired_gain
 from flcore.config import PROJECT_ROOT
 
 
@@ -19,45 +20,62 @@ def _write(root: Path, exp: str, label: str, accs: dict[int, float], rounds: int
         (d / "results.json").write_text(json.dumps(doc))
 
 
-def test_gain_is_paired_by_seed_and_needs_three_seeds(tmp_path):
+def test_gain_is_paired_by_seed_and_needs_five_seeds_unless_declared(tmp_path):
     c = Claim("x", "P", "c", "fig", 4.0, "e", "base", "meth")
-    _write(tmp_path, "e", "base", {0: 0.80, 1: 0.70, 2: 0.90, 3: 0.5})
-    _write(tmp_path, "e", "meth", {0: 0.82, 1: 0.73, 2: 0.91})  # seed 3 unpaired: left out
+    _write(tmp_path, "e", "base", {0: 0.80, 1: 0.70, 2: 0.90, 3: 0.5, 4: 0.6, 5: 0.1})
+    _write(tmp_path, "e", "meth", {0: 0.82, 1: 0.73, 2: 0.91, 3: 0.54, 4: 0.60})  # seed 5 unpaired: left out
     m = measure(tmp_path, c)
-    assert m.seeds == 3
-    assert m.gain[0] == pytest.approx(2.0) and m.gain[1] == pytest.approx(0.8164966, rel=1e-6)
-    assert m.baseline[0] == pytest.approx(80.0)
-    _write(tmp_path, "e", "few", {0: 0.9, 1: 0.9})
+    assert m.seeds == 5
+    # differences 2, 3, 1, 4, 0 pp: mean 2, sample sd sqrt(2.5)
+    assert m.gain.mean == pytest.approx(2.0) and m.gain.sd == pytest.approx(2.5 ** 0.5)
+    assert m.gain.ci == pytest.approx(paired_gain([2, 3, 1, 4, 0]).ci)
+    assert m.baseline == pytest.approx((70.0, 250 ** 0.5))  # sample sd (ddof = 1) of 80, 70, 90, 50, 60
+    _write(tmp_path, "e", "few", {0: 0.9, 1: 0.9, 2: 0.9})
     assert measure(tmp_path, Claim("y", "P", "c", "f", None, "e", "base", "few")) is None
+    three = measure(tmp_path, Claim("y", "P", "c", "f", None, "e", "base", "few", min_seeds=3))
+    assert three.seeds == 3 and three.gain.mean == pytest.approx((10 + 20 + 0) / 3)
+
+
+def test_min_seeds_below_three_is_refused(tmp_path):
+    f = tmp_path / "claims.toml"
+    f.write_text('[[claim]]\nid = "z"\npaper = "P"\nclaim = "c"\npaper-figure = "f"\nexperiment = "e"\n'
+                 'baseline = "b"\nmethod = "m"\nmin-seeds = 2\n')
+    with pytest.raises(ValueError, match="claim 'z': min-seeds must be an integer >= 3"):
+        load_claims(f)
 
 
 def test_unfinished_runs_do_not_count(tmp_path):
-    _write(tmp_path, "e", "base", {0: 0.8, 1: 0.8, 2: 0.8})
-    _write(tmp_path, "e", "meth", {0: 0.9, 1: 0.9})
-    d = tmp_path / "e" / "meth" / "seed2"
+    _write(tmp_path, "e", "base", {k: 0.8 for k in range(5)})
+    _write(tmp_path, "e", "meth", {k: 0.9 for k in range(4)})
+    d = tmp_path / "e" / "meth" / "seed4"
     d.mkdir(parents=True)
     (d / "results.json").write_text(json.dumps({"run_config": {"num-server-rounds": 5}, "rounds": [{}],
                                                 "final": {"global_accuracy": 0.99}}))
     assert measure(tmp_path, Claim("x", "P", "c", "f", 1.0, "e", "base", "meth")) is None
 
 
-@pytest.mark.parametrize("gain,std,paper,want", [
-    (3.0, 1.0, 4.0, "reproduced"), (1.0, 0.5, 4.0, "partly"), (3.0, 4.0, 4.0, "partly"),
-    (0.0, 0.1, 4.0, "not reproduced"), (-2.0, 1.0, 4.0, "not reproduced"), (0.5, 0.1, None, "reproduced")])
-def test_verdict_rules(gain, std, paper, want):
-    assert verdict(Measured(3, (0, 0), (0, 0), (gain, std)), paper) == want
-    assert verdict(None, paper) == "not run"
+def test_verdict_uses_the_interval():
+    up = paired_gain([3.0, 3.5, 2.5, 3.0, 3.2])
+    assert verdict(Measured(5, (0, 0), (0, 0), up), 4.0) == "reproduced"
+    assert verdict(Measured(5, (0, 0), (0, 0), up), 8.0) == "smaller than claimed"
+    assert verdict(Measured(5, (0, 0), (0, 0), paired_gain([3.0, -2.0, 1.0, 0.5, -1.0])), 4.0) == "inconclusive"
+    assert verdict(Measured(5, (0, 0), (0, 0), paired_gain([-3.0, -2.0, -4.0, -2.5, -3.0])), 4.0) == "contradicted"
+    assert verdict(None, 4.0) == "not run"
 
 
-def test_ledger_shows_reason_only_when_a_claim_fails(tmp_path):
-    _write(tmp_path, "e", "base", {0: 0.8, 1: 0.8, 2: 0.8})
-    _write(tmp_path, "e", "up", {0: 0.9, 1: 0.91, 2: 0.92})
-    _write(tmp_path, "e", "down", {0: 0.7, 1: 0.7, 2: 0.7})
+def test_ledger_prints_the_rule_n_ci_p_and_reason_only_when_a_claim_fails(tmp_path):
+    _write(tmp_path, "e", "base", {k: 0.8 for k in range(5)})
+    _write(tmp_path, "e", "up", {0: 0.9, 1: 0.91, 2: 0.92, 3: 0.9, 4: 0.92})
+    _write(tmp_path, "e", "down", {k: 0.7 + 0.01 * k for k in range(5)})
     text = ledger(tmp_path, [Claim("good", "P", "up", "f", 5.0, "e", "base", "up"),
                              Claim("bad", "P", "down", "f", 5.0, "e", "base", "down", reason="the cause")], {"e": "E"})
-    assert "**reproduced**" in text and "**not reproduced**" in text
-    assert "- **bad** (not reproduced): the cause" in text and "- **good**" not in text
-    assert "+11.00 ± 0.82" in text
+    assert "Verdict from the paired gain's 95 % Student-t confidence interval" in text
+    assert text.index("Verdict from") < text.index("| claim |")
+    assert "**reproduced**" in text and "**contradicted**" in text
+    assert "- **bad** (contradicted): the cause" in text and "- **good**" not in text
+    g = paired_gain([10, 11, 12, 10, 12])
+    assert g.p < 0.001 and f"| 5 | +11.00 | [{g.ci[0]:+.2f}, {g.ci[1]:+.2f}] | < 0.001 | **reproduced** |" in text
+    assert "base: 80.00 ± 0.00" in text
 
 
 def test_committed_claims_name_declared_runs_of_committed_experiment_configs():
@@ -83,3 +101,13 @@ def test_reason_numbers_come_from_the_result_files(tmp_path):
     c = Claim("x", "P", "c", "f", 1.0, "e", "b", "m", reason="ratio {{m:w-ratio:median}} up to {{m:w-ratio:max}}; "
                                                              "{{m:nothing:max}}")
     assert fill_reason(tmp_path, c) == "ratio 0.7 up to 0.9; (no 'nothing' recorded for m)"
+
+
+def test_reason_quotes_the_rows_per_seed_gains(tmp_path):
+    from experiments.claims import fill_reason
+
+    _write(tmp_path, "e", "base", {k: 0.8 for k in range(5)})
+    _write(tmp_path, "e", "meth", {0: 0.82, 1: 0.79, 2: 0.85, 3: 0.8, 4: 0.81})
+    c = Claim("x", "P", "c", "f", 1.0, "e", "base", "meth",
+              reason="gained on {{gain:positive}} of {{gain:n}} seeds, {{gain:min}} to {{gain:max}}")
+    assert fill_reason(tmp_path, c) == "gained on 3 of 5 seeds, -1.00 to +5.00"
