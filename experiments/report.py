@@ -42,7 +42,7 @@ def mean_std(values: list[float | None], scale: float, decimals: int) -> str:
     if not vals:
         return "–"
     missing = len(values) - len(vals)
-    text = f"{np.mean(vals):.{decimals}f} ± {np.std(vals):.{decimals}f}" if len(vals) > 1 else f"{vals[0]:.{decimals}f}"
+    text = f"{np.mean(vals):.{decimals}f} ± {np.std(vals, ddof=1):.{decimals}f}" if len(vals) > 1 else f"{vals[0]:.{decimals}f}"
     return text + (f" ({missing} never)" if missing else "")
 
 
@@ -116,24 +116,58 @@ PRESETS_INTRO = PROJECT_ROOT / "docs" / "templates" / "RESULTS_presets.md"
 UNTUNED = PROJECT_ROOT / "docs" / "templates" / "RESULTS_untuned.md"  # note for experiments without tuning
 
 
+def _grid_line(doc: dict[str, Any]) -> str:
+    """The lr grid as tuned: the final grid, and how it grew from the configured one (older tuning files
+    predate the growth rule and say so)."""
+    final, initial = doc.get("lr-grid"), doc.get("lr-grid-initial")
+    if initial is None:
+        return f"lr grid {final} (fixed: tuned before the edge-growth rule)"
+    grown = doc.get("lr-grid-extended", {})
+    how = (f"grown from {initial} by {grown.get('low', 0)} value(s) below and {grown.get('high', 0)} above, at most "
+           f"{doc.get('max-extend')} per side" if final != initial else f"as configured (no choice on an edge)")
+    return f"final lr grid {final} ({how})"
+
+
 def tuning_table(exp_dir: Path) -> str:
     """The tuning protocol's trials and choices (results/<name>/tuning.json), or '' without tuning."""
     f = exp_dir / "tuning.json"
     if not f.exists():
         return ""
     doc = json.loads(f.read_text())
+    tol = doc.get("inert-tolerance")
     lines = [f"Tuning ({doc.get('metric')}, validation-fraction {doc.get('validation-fraction')}, tuning seed "
-             f"{doc.get('seed')}, lr grid {doc.get('lr-grid')}; the test set is not evaluated during tuning; files: "
-             f"`results/{exp_dir.name}/tuning.json`, `results/{exp_dir.name}/tuning/`):", "",
-             "| run | trials | chosen | validation acc of the choice | all trials (values: validation acc) |",
-             "|---|---|---|---|---|"]
+             f"{doc.get('seed')}, {_grid_line(doc)}; the test set is not evaluated during tuning; files: "
+             f"`results/{exp_dir.name}/tuning.json`, `results/{exp_dir.name}/tuning/`)"
+             + (f". Effective budget: distinct settings of the knobs that move some score by more than {tol} "
+                f"(inert knobs do not count; a run short of the largest budget gets make-up lr values)"
+                if tol is not None else "") + ":", "",
+             "| run | trials | effective budget | inert knobs | chosen | validation acc of the choice | "
+             "all trials (values: validation acc) |", "|---|---|---|---|---|---|---|"]
     for label, entry in doc.get("runs", {}).items():
         chosen = ", ".join(f"{k}={v}" for k, v in entry["chosen"].items())
+        if entry.get("on-edge"):
+            chosen += " (on the edge of the bounded grid)"
         trials = "; ".join(", ".join(f"{k}={v}" for k, v in t["values"].items()) + ": " +
                            (f"{100 * t['val_score']:.1f}" if t["val_score"] is not None else "diverged")
                            for t in entry["trials"])
-        lines.append(f"| {label} | {entry['budget']} | {chosen} | {100 * entry['val_score']:.2f} | {trials} |")
+        eff = entry.get("effective-budget", "–")
+        inert = ", ".join(entry.get("inert-knobs", [])) or ("none" if "inert-knobs" in entry else "–")
+        if entry.get("makeup-lr"):
+            inert += f" (make-up lr {entry['makeup-lr']})"
+        lines.append(f"| {label} | {entry['budget']} | {eff} | {inert} | {chosen} | {100 * entry['val_score']:.2f} | "
+                     f"{trials} |")
     return "\n".join(lines) + "\n"
+
+
+def split_note(exp_dir: Path) -> list[str]:
+    """A warning for experiments recorded before the test split was fixed per dataset (no marker file)."""
+    from experiments.run import SPLIT_MARKER
+
+    if (exp_dir / SPLIT_MARKER).exists():
+        return []
+    return ["*Recorded with the earlier test split, drawn with each run's seed (before issue 31): one seed's test "
+            "images are part of another seed's training pool, so its rows are not comparable with the fixed-split "
+            "experiments.*", ""]
 
 
 def presets_status(results_root: Path) -> str:
@@ -205,7 +239,7 @@ def build() -> str:
                   meta.get("description", "").strip(), "",
                   f"Experiment `{exp_dir.name}` (config `experiments/configs/` → copy in `results/{exp_dir.name}/experiment.toml`); "
                   f"{meta.get('num-supernodes', first['final'].get('num_clients'))} clients; target accuracy {target}. "
-                  f"Common setting: {setting(first)}.", "", stacks_line(runs), "",
+                  f"Common setting: {setting(first)}.", "", stacks_line(runs), "", *split_note(exp_dir),
                   table(runs, order), "", paper_table(runs, order, paper), tuning_table(exp_dir) or UNTUNED.read_text(), f"![{exp_dir.name}](figures/{fig.name})", ""]
     return "\n".join(parts) + "\n"
 

@@ -2,13 +2,16 @@
 
     python -m experiments.tune experiments/configs/<name>.toml [--only fedavg fedprox] [--force]
 
-Trials go to results/<name>/tuning/<label>/<trial>/ (finished ones are skipped unless --force); the choices,
-with every trial's validation score, to results/<name>/tuning.json. The exit code is non-zero if a trial failed.
+Trials go to results/<name>/tuning/<label>/<trial>/ (finished ones are skipped unless --force, so an interrupted
+tuning resumes where it stopped); the lr grid grows past an edge a choice sits on and a run whose knob is inert
+gets make-up lr values (tuning.py's rules), until neither applies. The choices, the final grid and every trial's
+validation score go to results/<name>/tuning.json. The exit code is non-zero if a trial failed.
 """
 
 from __future__ import annotations
 
 import argparse
+import itertools
 import json
 import math
 import sys
@@ -16,9 +19,72 @@ import time
 import traceback
 from pathlib import Path
 
+from typing import Any
+
 from experiments.run import RESULTS_ROOT, is_complete, load_experiment, sweep_progress
-from experiments.tuning import METRIC, TUNING_FILE, choose, score, trial_name
+from experiments.tuning import (METRIC, TUNING_FILE, TuningPlan, choose, effective_budget, extend_grid,
+                                inert_knobs, makeup_lrs, on_edge, score, trial_name)
 from flcore.config import resolve_run_config
+from strategies.client_registry import RoundFailed
+
+MAX_PASSES = 12  # grid growth is bounded by max-extend per side and make-up by the largest budget: a safety cap
+
+
+def _trial_dir(root: Path, label: str, trial: dict[str, Any]) -> Path:
+    return root / "tuning" / label / trial_name(trial)
+
+
+def _trial_values(doc: dict[str, Any], plan: TuningPlan, root: Path, label: str,
+                  trial: dict[str, Any]) -> dict[str, Any]:
+    """The run config of one trial: tuning seed, validation split, no test evaluation."""
+    return {**doc["base"], **doc["runs"][label], **trial, "seed": plan.seed,
+            "validation-fraction": plan.validation_fraction, "test-evaluation": False,
+            "out-dir": str(_trial_dir(root, label, trial)), "checkpoint": False, "overwrite": True}
+
+
+def _finished(root: Path, label: str, trial: dict[str, Any], doc: dict[str, Any]) -> bool:
+    values = {**doc["base"], **doc["runs"][label], **trial}
+    return is_complete(_trial_dir(root, label, trial), int(resolve_run_config(values)["num-server-rounds"]))
+
+
+def _ran_now(root: Path, label: str, trial: dict[str, Any], since: float) -> bool:
+    """Whether this invocation wrote the trial's results already (--force re-runs each trial once)."""
+    f = _trial_dir(root, label, trial) / "results.json"
+    return f.exists() and f.stat().st_mtime >= since
+
+
+def _score(root: Path, label: str, trial: dict[str, Any], last_rounds: int, doc: dict[str, Any]) -> float:
+    """The trial's validation score; NaN (it never wins) when it did not finish every round (diverged)."""
+    if not _finished(root, label, trial, doc):
+        return float("nan")
+    return score(json.loads((_trial_dir(root, label, trial) / "results.json").read_text()), last_rounds)
+
+
+def _make_up(plan: TuningPlan, labels: list[str], scored: dict[str, list[tuple[dict[str, Any], float]]],
+             chosen: dict[str, tuple[dict[str, Any], float]], makeup: dict[str, list[dict[str, Any]]],
+             name: str) -> bool:
+    """Add make-up lr trials to every run whose effective budget (inert knobs left out) is below the largest;
+    True when some were added."""
+    grids = {label: dict(plan.knobs.get(label, {})) for label in labels}
+    inert = {label: inert_knobs(scored[label], list(grids[label]), plan.inert_tolerance) for label in labels}
+    budget = {label: effective_budget(scored[label], inert[label]) for label in labels}
+    target, added = max(budget.values()), False
+    for label in labels:
+        if budget[label] >= target or label not in chosen:
+            continue
+        active = [k for k in grids[label] if k not in inert[label]]
+        per_lr = math.prod(len(grids[label][k]) for k in active)
+        lrs = [t["lr"] for t, _ in scored[label]]
+        new = makeup_lrs(lrs, chosen[label][0]["lr"], math.ceil((target - budget[label]) / per_lr))
+        for value in new:
+            for combo in itertools.product(*(grids[label][k] for k in active)):
+                fixed = dict(zip(active, combo))
+                makeup[label].append({"lr": value, **{k: fixed.get(k, grids[label][k][0]) for k in grids[label]}})
+        if new:
+            print(f"[budget] {name}/{label}: inert knob(s) {inert[label]}, effective budget {budget[label]} < "
+                  f"{target}: make-up lr {new}", flush=True)
+            added = True
+    return added
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -39,43 +105,63 @@ def main(argv: list[str] | None = None) -> int:
     name = exp["name"]
     root = RESULTS_ROOT / name
     labels = [lb for lb in doc["runs"] if not args.only or lb in args.only]
-    jobs = []
-    for label in labels:
-        for trial in plan.trials(label):
-            out = root / "tuning" / label / trial_name(trial)
-            values = {**doc["base"], **doc["runs"][label], **trial, "seed": plan.seed,
-                      "validation-fraction": plan.validation_fraction, "test-evaluation": False,
-                      "out-dir": str(out), "checkpoint": False, "overwrite": True}
-            jobs.append((label, trial, out, values))
-    failed, t0 = [], time.time()
-    for i, (label, trial, out, values) in enumerate(jobs):
-        rounds = int(resolve_run_config(values)["num-server-rounds"])  # the default when the config omits it
-        if not args.force and is_complete(out, rounds):
+    grid, extended = tuple(plan.lr), {"low": 0, "high": 0}
+    makeup: dict[str, list[dict[str, Any]]] = {label: [] for label in labels}
+    failed: list[str] = []
+    diverged: list[str] = []  # this invocation's; a diverged trial has an unfinished results.json and reruns
+    t0, done = time.time(), 0
+    for _ in range(MAX_PASSES):  # each pass: run what is missing, then grow the grid or make up a budget
+        trials = {label: plan.trials(label, grid) + makeup[label] for label in labels}
+        todo = [(label, t) for label in labels for t in trials[label]
+                if f"{label}/{trial_name(t)}" not in failed + diverged
+                and (args.force and not _ran_now(root, label, t, t0) or not _finished(root, label, t, doc))]
+        total = done + len(todo)
+        for label, trial in todo:
+            print(f"{sweep_progress(done, total, time.time() - t0)} tune {name}/{label} {trial}", flush=True)
+            try:
+                simulate(_trial_values(doc, plan, root, label, trial),
+                         num_supernodes=int(exp.get("num-supernodes", 10)))
+            except RoundFailed as exc:  # too few usable updates: the trial diverged, it scores NaN
+                print(f"[diverged] {name}/{label} {trial}: {str(exc)[:200]}", flush=True)
+                diverged.append(f"{label}/{trial_name(trial)}")
+            except Exception:  # noqa: BLE001 - report at the end, keep tuning the others
+                traceback.print_exc()
+                failed.append(f"{label}/{trial_name(trial)}")
+            done += 1
+        scored = {label: [(t, _score(root, label, t, plan.last_rounds, doc)) for t in trials[label]] for label in labels}
+        chosen = {}
+        for label in labels:
+            try:
+                chosen[label] = choose(scored[label])
+            except Exception as exc:  # noqa: BLE001
+                print(f"{name}/{label}: {exc}", file=sys.stderr)
+        grown = extend_grid(grid, [c[0]["lr"] for c in chosen.values()], extended, plan.max_extend)
+        if grown is not None:
+            print(f"[grid] {name}: a choice sits on an edge of lr grid {list(grid)}; grid now {list(grown)}",
+                  flush=True)
+            grid = grown
             continue
-        print(f"{sweep_progress(i, len(jobs), time.time() - t0)} tune {name}/{label} {trial}", flush=True)
-        try:
-            simulate(values, num_supernodes=int(exp.get("num-supernodes", 10)))
-        except Exception:  # noqa: BLE001 - report at the end, keep tuning the others
-            traceback.print_exc()
-            failed.append(f"{label}/{trial_name(trial)}")
+        if not _make_up(plan, labels, scored, chosen, makeup, name):
+            break
     summary = json.loads((root / TUNING_FILE).read_text()) if (root / TUNING_FILE).exists() else {"runs": {}}
     summary.update({"metric": f"mean {METRIC} over the last {plan.last_rounds} rounds", "seed": plan.seed,
-                    "validation-fraction": plan.validation_fraction, "lr-grid": list(plan.lr)})
+                    "validation-fraction": plan.validation_fraction, "lr-grid": list(grid),
+                    "lr-grid-initial": list(plan.lr), "lr-grid-extended": extended, "max-extend": plan.max_extend,
+                    "inert-tolerance": plan.inert_tolerance})
     for label in labels:
-        trials = []
-        for trial in plan.trials(label):
-            f = root / "tuning" / label / trial_name(trial) / "results.json"
-            s = score(json.loads(f.read_text()), plan.last_rounds) if f.exists() else float("nan")
-            trials.append((trial, s))
-        try:
-            chosen, best = choose(trials)
-        except Exception as exc:  # noqa: BLE001
-            print(f"{name}/{label}: {exc}", file=sys.stderr)
+        if label not in chosen:
             failed.append(label)
             continue
-        summary["runs"][label] = {"chosen": chosen, "val_score": best, "budget": len(trials),
-                                  "trials": [{"values": t, "val_score": s if math.isfinite(s) else None} for t, s in trials]}
-        print(f"[chosen] {name}/{label}: {chosen} (validation {best:.4f}, {len(trials)} trials)", flush=True)
+        values, best = chosen[label]
+        knobs = list(plan.knobs.get(label, {}))
+        inert = inert_knobs(scored[label], knobs, plan.inert_tolerance)
+        summary["runs"][label] = {
+            "chosen": values, "val_score": best, "budget": len(scored[label]),
+            "effective-budget": effective_budget(scored[label], inert), "inert-knobs": inert,
+            "makeup-lr": sorted({t["lr"] for t in makeup[label]}), "on-edge": on_edge(grid, values["lr"]),
+            "trials": [{"values": t, "val_score": s if math.isfinite(s) else None} for t, s in scored[label]]}
+        print(f"[chosen] {name}/{label}: {values} (validation {best:.4f}, {len(scored[label])} trials, "
+              f"effective {summary['runs'][label]['effective-budget']}, inert {inert or 'none'})", flush=True)
     root.mkdir(parents=True, exist_ok=True)
     (root / TUNING_FILE).write_text(json.dumps(summary, indent=1))
     if failed:

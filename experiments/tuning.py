@@ -8,13 +8,29 @@ An experiment config opts in with a ``[tuning]`` table::
     validation-fraction = 0.2       # of each client's training data, held out during tuning only
     lr = [0.003, 0.01, 0.03, 0.1]   # the grid every run shares
     last-rounds = 3                 # score = mean validation accuracy of the global model over the last rounds
+    max-extend = 2                  # edge extensions of the lr grid allowed per side (0: the grid is fixed)
+    inert-tolerance = 0.005         # a knob moving no score by more than this is inert (see below)
     [tuning.knobs.fedavg]           # per run label: its own knob grid (same size for every run: equal budget)
     weight-decay = [0.0, 5e-4]
     [tuning.knobs.fedprox]
     "fedprox.mu" = [0.01, 0.1]
 
 Each trial runs with ``test-evaluation = false``: the global test set is not even evaluated, so no test number
-can leak into the choice. ``python -m experiments.tune <config>`` writes every trial under
+can leak into the choice.
+
+Two rules keep the comparison fair (issue 31):
+
+- **Edges.** While some run's chosen lr sits on an edge of the shared grid, the grid grows by one value beyond
+  that edge (the edge's own geometric step: edge x edge / neighbour, 3 significant digits), for every run, so
+  budgets stay equal; at most ``max-extend`` values per side. A choice still on the edge then is reported as such.
+- **Inert knobs.** A knob is inert for a run when, at every other value of the trial (lr and the other knobs),
+  its values' validation scores differ by at most ``inert-tolerance`` (0.005 = half a point of accuracy; 0:
+  identical scores only). An inert knob adds trials but no choice, so it does not count: a run's effective
+  budget is the number of its distinct settings of the knobs that are not inert. A run whose effective budget
+  falls short of the largest gets make-up lr values (log-midpoints of its lr values, wide gaps near its choice
+  first: ``makeup_lrs``; inert knobs at their first value) until it reaches it.
+
+``python -m experiments.tune <config>`` writes every trial under
 ``results/<name>/tuning/<label>/<trial>/`` and the choices to ``results/<name>/tuning.json``; the reported runs
 (``python -m experiments.run``) then train on all training data (no validation split) with the chosen values.
 """
@@ -41,15 +57,18 @@ class TuningPlan:
     lr: tuple[float, ...]
     last_rounds: int
     knobs: Mapping[str, Mapping[str, tuple[Any, ...]]]   # run label -> key -> grid
+    max_extend: int = 2
+    inert_tolerance: float = 0.005
 
-    def trials(self, label: str) -> list[dict[str, Any]]:
-        """Every trial of ``label``: the lr grid x its knob grid, in a fixed order (ties go to the first)."""
+    def trials(self, label: str, lr: tuple[float, ...] | None = None) -> list[dict[str, Any]]:
+        """Every trial of ``label``: the lr grid (``lr``, default the plan's) x its knob grid, in a fixed order
+        (ties go to the first)."""
         grid = dict(self.knobs.get(label, {}))
         keys = list(grid)
         out = []
-        for lr in self.lr:
+        for value in self.lr if lr is None else lr:
             for combo in itertools.product(*(grid[k] for k in keys)):
-                out.append({"lr": lr, **dict(zip(keys, combo))})
+                out.append({"lr": value, **dict(zip(keys, combo))})
         return out
 
 
@@ -59,7 +78,7 @@ def trial_name(values: Mapping[str, Any]) -> str:
 
 def parse_plan(table: Mapping[str, Any], labels: list[str], source: str) -> TuningPlan:
     """The ``[tuning]`` table, checked: known keys with valid values, every run tuned, equal budgets."""
-    allowed = {"seed", "validation-fraction", "lr", "last-rounds", "knobs"}
+    allowed = {"seed", "validation-fraction", "lr", "last-rounds", "knobs", "max-extend", "inert-tolerance"}
     extra = set(table) - allowed
     if extra:
         raise ConfigError(f"{source}: [tuning] has unknown key(s) {sorted(extra)}; allowed: {sorted(allowed)}")
@@ -81,7 +100,16 @@ def parse_plan(table: Mapping[str, Any], labels: list[str], source: str) -> Tuni
                 raise ConfigError(f"{source}: [tuning.knobs.{label}] '{key}' must be a non-empty list")
             flat[key] = tuple(check_value(key, v) for v in values)
         knobs[label] = flat
-    plan = TuningPlan(int(table.get("seed", 100)), vf, lr, int(table.get("last-rounds", 3)), knobs)
+    if len(set(lr)) != len(lr) or list(lr) != sorted(lr):
+        raise ConfigError(f"{source}: [tuning] lr grid {list(lr)} must be increasing without repeats")
+    max_extend = table.get("max-extend", 2)
+    if not isinstance(max_extend, int) or isinstance(max_extend, bool) or not 0 <= max_extend <= 5:
+        raise ConfigError(f"{source}: [tuning] max-extend must be an integer in [0, 5], got {max_extend!r}")
+    tol = table.get("inert-tolerance", 0.005)
+    if not isinstance(tol, (int, float)) or isinstance(tol, bool) or not 0 <= tol < 0.1:
+        raise ConfigError(f"{source}: [tuning] inert-tolerance must be a number in [0, 0.1), got {tol!r}")
+    plan = TuningPlan(int(table.get("seed", 100)), vf, lr, int(table.get("last-rounds", 3)), knobs, max_extend,
+                      float(tol))
     budgets = {label: len(plan.trials(label)) for label in labels}
     if len(set(budgets.values())) != 1:
         raise ConfigError(f"{source}: unequal tuning budgets {budgets}: every run (the baseline too) must get the "
@@ -132,3 +160,72 @@ def load_choices(root: Path, labels: list[str]) -> dict[str, dict[str, Any]]:
     if missing:
         raise ConfigError(f"{path}: no tuning result for run(s) {', '.join(missing)}; run experiments.tune again")
     return {label: dict(doc["runs"][label]["chosen"]) for label in labels}
+
+
+def _sig3(x: float) -> float:
+    return float(f"{x:.3g}")
+
+
+def extend_grid(grid: tuple[float, ...], chosen: list[float], extended: dict[str, int],
+                max_extend: int) -> tuple[float, ...] | None:
+    """The lr grid grown by one value beyond each edge some ``chosen`` lr sits on (``extended`` counts the
+    values added per side, 'low' / 'high', and is updated); None when nothing is to grow (no choice on an edge,
+    or that side has ``max_extend`` values already, or the next value is outside the lr key's bounds)."""
+    new = list(grid)
+    for side, edge, inner in (("low", grid[0], grid[1] if len(grid) > 1 else None),
+                              ("high", grid[-1], grid[-2] if len(grid) > 1 else None)):
+        if edge not in chosen or extended.get(side, 0) >= max_extend:
+            continue
+        step = edge / inner if inner is not None else (10 ** 0.5 if side == "high" else 10 ** -0.5)
+        value = _sig3(edge * step)
+        try:
+            check_value("lr", value)
+        except ConfigError:
+            continue
+        if value <= 0 or value in new:
+            continue
+        new.append(value)
+        extended[side] = extended.get(side, 0) + 1
+    return tuple(sorted(new)) if len(new) > len(grid) else None
+
+
+def on_edge(grid: tuple[float, ...], lr: float) -> bool:
+    return len(grid) > 1 and lr in (grid[0], grid[-1])
+
+
+def inert_knobs(trials: list[tuple[dict[str, Any], float]], knobs: list[str], tolerance: float) -> list[str]:
+    """The knobs whose values move no validation score by more than ``tolerance``: for each setting of the
+    other values (lr and the other knobs) with two or more values of the knob tried, the scores' range is at
+    most ``tolerance``, and every such score is finite (a diverged trial is a difference)."""
+    out = []
+    for knob in knobs:
+        groups: dict[tuple, list[float]] = {}
+        for values, s in trials:
+            rest = tuple(sorted((k, repr(v)) for k, v in values.items() if k != knob))
+            groups.setdefault(rest, []).append(s)
+        compared = [g for g in groups.values() if len(g) > 1]
+        if compared and all(all(math.isfinite(s) for s in g) and max(g) - min(g) <= tolerance for g in compared):
+            out.append(knob)
+    return out
+
+
+def effective_budget(trials: list[tuple[dict[str, Any], float]], inert: list[str]) -> int:
+    """The number of distinct settings of the trials' values, the inert knobs left out."""
+    return len({tuple(sorted((k, repr(v)) for k, v in values.items() if k not in inert)) for values, _ in trials})
+
+
+def makeup_lrs(lrs: list[float], chosen: float, count: int) -> list[float]:
+    """``count`` new lr values, one at a time: the log-midpoint (3 significant digits) of the two neighbouring
+    values of the run's lr set that maximise gap / (1 + distance), in natural-log units, where gap is the pair's
+    log-ratio and distance that of the midpoint from the chosen lr: wide gaps near the choice are filled first."""
+    have = sorted(set(lrs))
+    out: list[float] = []
+    while len(out) < count and len(have) > 1:
+        pairs = [(math.log(b / a), _sig3(math.sqrt(a * b))) for a, b in zip(have, have[1:])]
+        pairs = [(gap, mid) for gap, mid in pairs if mid not in have]
+        if not pairs:
+            break
+        _, best = max(pairs, key=lambda p: (p[0] / (1 + abs(math.log(p[1] / chosen))), -p[1]))
+        out.append(best)
+        have = sorted(have + [best])
+    return out

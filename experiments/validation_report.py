@@ -45,7 +45,7 @@ def accuracy_table(runs: dict[str, list[dict]]) -> list[str]:
         acc = np.array([[r["val_accuracy"] for r in d["rounds"]] for d in docs], np.float64)
         cells = [acc[:, -1], acc.max(axis=1), acc[:, -5:].mean(axis=1)]
         lines.append(f"| {label} | {len(docs)} | {acc.shape[1]} | "
-                     + " | ".join(f"{c.mean():.4f} +/- {c.std():.4f}" for c in cells) + " |")
+                     + " | ".join(f"{c.mean():.4f} +/- {c.std(ddof=1) if len(c) > 1 else 0.0:.4f}" for c in cells) + " |")
     return lines
 
 

@@ -25,5 +25,5 @@ def test_paper_table_sets_ours_beside_the_papers_values():
     lines = paper_table(runs, ["fedrane", "fedavg"], paper).splitlines()
     assert lines[0] == "Beside the paper (Table 1):"
     assert lines[4] == "| fedrane | 1 | 90.00 | 88.92 | 95.00 | 97.97 |"
-    assert lines[5] == "| fedavg | 2 | 75.00 ± 5.00 | 79.02 | – | - |"
+    assert lines[5] == "| fedavg | 2 | 75.00 ± 7.07 | 79.02 | – | - |"
     assert paper_table(runs, [], {}) == ""

@@ -34,6 +34,7 @@ seed = 100
 validation-fraction = 0.2
 lr = [0.01, 0.3]
 last-rounds = 2
+max-extend = 0
 [tuning.knobs.fedavg]
 weight-decay = [0.0, 5e-4]
 [tuning.knobs.fedprox]
@@ -78,7 +79,7 @@ def test_tune_then_run_end_to_end_never_looks_at_test_accuracy(tmp_path, monkeyp
     summary = json.loads((root / "tuning.json").read_text())
     for label, knob in (("fedavg", "weight-decay"), ("fedprox", "fedprox.mu")):
         entry = summary["runs"][label]
-        assert entry["budget"] == 4 and len(entry["trials"]) == 4
+        assert entry["budget"] == len(entry["trials"]) >= 4 and entry["effective-budget"] >= 4
         for trial in entry["trials"]:  # each trial: a validation split, no test evaluation at all
             name = "-".join(f"{k}={v}" for k, v in trial["values"].items())
             doc = json.loads((root / "tuning" / label / name / "results.json").read_text())
@@ -88,9 +89,110 @@ def test_tune_then_run_end_to_end_never_looks_at_test_accuracy(tmp_path, monkeyp
             assert trial["val_score"] == pytest.approx(score(doc, 2))
         best = max(entry["trials"], key=lambda t: t["val_score"])
         assert entry["chosen"] == best["values"] and knob in entry["chosen"]
+    assert summary["runs"]["fedavg"]["effective-budget"] == summary["runs"]["fedprox"]["effective-budget"]
     assert run_mod.main([str(cfg)]) == 0
     for label in ("fedavg", "fedprox"):
         rc = json.loads((root / label / "seed0" / "results.json").read_text())["run_config"]
         chosen = summary["runs"][label]["chosen"]
         assert all(rc[k] == v for k, v in chosen.items())
         assert rc["validation-fraction"] == 0.0 and rc["test-evaluation"] is True and rc["seed"] == 0
+    from data_partitioning.federated import data_seed
+
+    marker = json.loads((root / run_mod.SPLIT_MARKER).read_text())
+    assert marker["data-seed"] == {"digits": data_seed("digits")}  # the report tells fixed-split experiments apart
+
+
+# --- issue 31: grids grow past an edge a choice sits on; inert knobs do not count toward an equal budget ---
+
+from experiments.tuning import effective_budget, extend_grid, inert_knobs, makeup_lrs, on_edge  # noqa: E402
+
+
+def test_grid_grows_past_the_chosen_edge_by_its_own_step_and_is_bounded():
+    ext: dict[str, int] = {}
+    assert extend_grid((0.01, 0.03, 0.1), [0.1, 0.03], ext, 2) == (0.01, 0.03, 0.1, 0.333) and ext == {"high": 1}
+    assert extend_grid((0.01, 0.03, 0.1, 0.333), [0.333], ext, 2) == (0.01, 0.03, 0.1, 0.333, 1.11)
+    assert extend_grid((0.01, 0.03, 0.1, 0.333, 1.11), [1.11], ext, 2) is None and ext == {"high": 2}  # bound
+    low: dict[str, int] = {}
+    assert extend_grid((0.003, 0.01, 0.03), [0.003, 0.03], low, 1) == (0.0009, 0.003, 0.01, 0.03, 0.09)
+    assert low == {"low": 1, "high": 1}
+    assert extend_grid((0.01, 0.03, 0.1), [0.03], {}, 2) is None            # an inner choice: nothing grows
+    assert extend_grid((0.01, 0.03, 0.1), [0.1], {}, 0) is None             # max-extend 0: a fixed grid
+    assert on_edge((0.01, 0.03, 0.1), 0.1) and on_edge((0.01, 0.03), 0.01) and not on_edge((0.01, 0.03, 0.1), 0.03)
+
+
+def test_inert_knob_is_one_within_tolerance_at_every_other_value():
+    trials = [({"lr": 0.01, "wd": 0.0}, 0.820), ({"lr": 0.01, "wd": 5e-4}, 0.823),
+              ({"lr": 0.03, "wd": 0.0}, 0.860), ({"lr": 0.03, "wd": 5e-4}, 0.860)]
+    assert inert_knobs(trials, ["wd"], 0.005) == ["wd"]
+    assert effective_budget(trials, ["wd"]) == 2 and effective_budget(trials, []) == 4
+    assert inert_knobs(trials, ["wd"], 0.0) == []                       # tolerance 0: identical scores only
+    assert inert_knobs(trials[:2] + [({"lr": 0.03, "wd": 0.0}, 0.86), ({"lr": 0.03, "wd": 5e-4}, 0.87)],
+                       ["wd"], 0.005) == []                             # one lr where it matters is enough
+    assert inert_knobs(trials[:3] + [({"lr": 0.03, "wd": 5e-4}, float("nan"))], ["wd"], 0.005) == []  # diverged
+    assert inert_knobs([({"lr": 0.01, "wd": 0.0}, 0.8)], ["wd"], 0.005) == []  # never compared: not inert
+
+
+def test_makeup_fills_wide_gaps_near_the_choice_first():
+    assert makeup_lrs([0.01, 0.03, 0.1], 0.03, 3) == [0.0548, 0.0173, 0.0405]
+    assert makeup_lrs([0.01, 0.03, 0.1], 0.1, 2) == [0.0548, 0.074]
+    assert makeup_lrs([0.01], 0.01, 2) == []                            # no pair to split
+
+
+def test_plan_refuses_bad_growth_settings_and_unsorted_grids():
+    for table, msg in (({"lr": [0.1, 0.01]}, "increasing"), ({"lr": [0.1, 0.1]}, "increasing"),
+                       ({"lr": [0.1], "max-extend": -1}, "max-extend"), ({"lr": [0.1], "max-extend": 1.5}, "max-extend"),
+                       ({"lr": [0.1], "inert-tolerance": 0.5}, "inert-tolerance")):
+        with pytest.raises(ConfigError, match=msg):
+            parse_plan(table, ["a"], "cfg")
+    plan = parse_plan({"lr": [0.01, 0.1], "max-extend": 1, "inert-tolerance": 0.0}, ["a"], "cfg")
+    assert (plan.max_extend, plan.inert_tolerance) == (1, 0.0)
+
+
+def _fake_simulate(score_of):
+    """A stand-in for experiments.simulate.simulate: writes a finished results.json whose validation accuracy is
+    ``score_of(run config values)`` in every round (the tuning loop reads nothing else)."""
+    calls = []
+
+    def simulate(values, num_supernodes, **_):
+        from pathlib import Path
+
+        calls.append(dict(values))
+        out = Path(values["out-dir"])
+        out.mkdir(parents=True, exist_ok=True)
+        rounds = [{"val_accuracy": score_of(values), "global_accuracy": None}] * int(values["num-server-rounds"])
+        doc = {"run_config": values, "rounds": rounds, "final": {}}
+        (out / "results.json").write_text(json.dumps(doc))
+        return doc
+    return simulate, calls
+
+
+def test_tuning_grows_the_grid_and_makes_up_an_inert_knobs_budget(tmp_path, monkeypatch):
+    import experiments.simulate as sim_mod
+
+    # fedavg: the score rises with lr (its choice sits on the top edge) and ignores weight decay; fedprox peaks at
+    # lr 0.1 and its mu matters
+    def score_of(v):
+        if v["method"] == "fedavg":
+            return 0.5 + 0.1 * math.log10(v["lr"] / 0.01)
+        return 0.8 - 0.05 * abs(math.log10(v["lr"] / 0.1)) - (0.02 if v["fedprox.mu"] == 1.0 else 0.0)
+    fake, calls = _fake_simulate(score_of)
+    monkeypatch.setattr(sim_mod, "simulate", fake)
+    cfg = tmp_path / "tiny.toml"
+    cfg.write_text(CONFIG.replace("max-extend = 0", "max-extend = 2").replace("lr = [0.01, 0.3]", "lr = [0.01, 0.03, 0.1]"))
+    monkeypatch.setattr(tune_mod, "RESULTS_ROOT", tmp_path / "results")
+    assert tune_mod.main([str(cfg)]) == 0
+    summary = json.loads((tmp_path / "results" / "tiny-tuning" / "tuning.json").read_text())
+    assert summary["lr-grid-initial"] == [0.01, 0.03, 0.1]
+    assert summary["lr-grid"] == [0.01, 0.03, 0.1, 0.333, 1.11] and summary["lr-grid-extended"] == {"low": 0, "high": 2}
+    avg, prox = summary["runs"]["fedavg"], summary["runs"]["fedprox"]
+    assert avg["chosen"]["lr"] == 1.11 and avg["on-edge"] is True          # the bound reached: said so
+    assert prox["chosen"] == {"lr": 0.1, "fedprox.mu": 0.01} and prox["on-edge"] is False
+    assert avg["inert-knobs"] == ["weight-decay"] and prox["inert-knobs"] == []
+    # fedprox: 5 lr x 2 mu = 10 effective; fedavg: 5 distinct lr + 5 make-up lr values (weight decay at 0.0)
+    assert prox["effective-budget"] == 10 and avg["effective-budget"] == 10 and len(avg["makeup-lr"]) == 5
+    assert all(t["values"]["weight-decay"] == 0.0 for t in avg["trials"][10:])
+    assert avg["budget"] == 15 and prox["budget"] == 10
+    n = len(calls)
+    assert n == 25 and all(c["seed"] == 100 and c["test-evaluation"] is False for c in calls)
+    assert tune_mod.main([str(cfg)]) == 0 and len(calls) == n               # resumed: nothing runs twice
+    assert json.loads((tmp_path / "results" / "tiny-tuning" / "tuning.json").read_text())["runs"] == summary["runs"]

@@ -1,0 +1,51 @@
+"""docs/RESULTS.md (experiments/report.py): the tuning table shows the final grid, how it grew, the effective
+budgets and inert knobs; experiments recorded before the fixed test split are marked."""
+
+from __future__ import annotations
+
+import json
+
+from experiments import report
+
+
+def _tuning(tmp_path, doc):
+    d = tmp_path / "exp"
+    d.mkdir()
+    (d / "tuning.json").write_text(json.dumps(doc))
+    return report.tuning_table(d)
+
+
+def test_tuning_table_shows_the_final_grid_budgets_and_edges(tmp_path):
+    trial = {"values": {"lr": 1.11, "weight-decay": 0.0}, "val_score": 0.9}
+    text = _tuning(tmp_path, {
+        "metric": "mean val_accuracy over the last 5 rounds", "seed": 100, "validation-fraction": 0.2,
+        "lr-grid": [0.01, 0.03, 0.1, 0.333, 1.11], "lr-grid-initial": [0.01, 0.03, 0.1],
+        "lr-grid-extended": {"low": 0, "high": 2}, "max-extend": 2, "inert-tolerance": 0.005,
+        "runs": {"fedavg": {"chosen": {"lr": 1.11, "weight-decay": 0.0}, "val_score": 0.9, "budget": 15,
+                            "effective-budget": 10, "inert-knobs": ["weight-decay"], "makeup-lr": [0.0548],
+                            "on-edge": True, "trials": [trial]},
+                 "fedprox": {"chosen": {"lr": 0.1, "fedprox.mu": 0.01}, "val_score": 0.8, "budget": 10,
+                             "effective-budget": 10, "inert-knobs": [], "makeup-lr": [], "on-edge": False,
+                             "trials": [{"values": {"lr": 0.333, "fedprox.mu": 1.0}, "val_score": None}]}}})
+    assert "final lr grid [0.01, 0.03, 0.1, 0.333, 1.11] (grown from [0.01, 0.03, 0.1] by 0 value(s) below " \
+           "and 2 above, at most 2 per side)" in text
+    assert "more than 0.005" in text
+    assert ("| fedavg | 15 | 10 | weight-decay (make-up lr [0.0548]) | lr=1.11, weight-decay=0.0 (on the edge of the "
+            "bounded grid) | 90.00 | lr=1.11, weight-decay=0.0: 90.0 |") in text
+    assert "| fedprox | 10 | 10 | none | lr=0.1, fedprox.mu=0.01 | 80.00 | lr=0.333, fedprox.mu=1.0: diverged |" in text
+
+
+def test_tuning_table_of_an_older_file_says_its_grid_was_fixed(tmp_path):
+    text = _tuning(tmp_path, {"metric": "m", "seed": 100, "validation-fraction": 0.2, "lr-grid": [0.01, 0.1],
+                              "runs": {"a": {"chosen": {"lr": 0.1}, "val_score": 0.5, "budget": 2,
+                                             "trials": [{"values": {"lr": 0.1}, "val_score": 0.5}]}}})
+    assert "lr grid [0.01, 0.1] (fixed: tuned before the edge-growth rule)" in text
+    assert "| a | 2 | – | – | lr=0.1 | 50.00 |" in text
+
+
+def test_experiments_recorded_before_the_fixed_split_are_marked(tmp_path):
+    from experiments.run import SPLIT_MARKER
+
+    assert "earlier test split, drawn with each run's seed" in report.split_note(tmp_path)[0]
+    (tmp_path / SPLIT_MARKER).write_text("{}")
+    assert report.split_note(tmp_path) == []
