@@ -7,7 +7,8 @@
 # exits 0 then, so the streamed log is checked for the ServerApp's "noniid-fl: run complete" line).
 # Only the SuperLink this script starts (and its children: its process group) is stopped, by pid.
 # Uses the already-installed environment: runtime dependency installation is disabled (otherwise the
-# SuperLink would `uv sync` a fresh multi-GB torch for every run).
+# SuperLink would `uv sync` the locked stack into a fresh environment for every run; set
+# FLWR_DISABLE_RUNTIME_DEPENDENCY_INSTALLATION=0 to have it do so: [tool.uv] pins it to requirements.lock).
 # The FAB is built from a snapshot of the app's code (pyproject.toml + its packages, deploy/localfed.py's
 # snapshot_app) in a temporary directory: `flwr run .` walks every file under the checkout before
 # filtering, .venv and .git included (~70k files: 3-7 s per run), and the snapshot cannot change while the
@@ -21,7 +22,7 @@ py="$(dirname "$flwr_bin")/python"
 
 "$py" -m cli run --check --nodes "$n" "${overrides[@]}" || exit $?
 
-export FLWR_DISABLE_RUNTIME_DEPENDENCY_INSTALLATION=1
+export FLWR_DISABLE_RUNTIME_DEPENDENCY_INSTALLATION="${FLWR_DISABLE_RUNTIME_DEPENDENCY_INSTALLATION:-1}"  # set 0 to let Flower `uv sync` per run
 export FLWR_HOME="${FLWR_HOME:-$PWD/.flwr}"
 mkdir -p "$FLWR_HOME"
 read -r http_port control_port < <("$py" -c '

@@ -170,3 +170,33 @@ def test_flowers_per_run_uv_sync_resolves_exactly_the_lock(tmp_path):
     assert len(would) > 50 and "torch" in would
     wrong = {n: v for n, v in would.items() if normalize(n) not in lock or lock[normalize(n)].version != v}
     assert not wrong, wrong
+
+
+def _update_lock():
+    import importlib.util
+
+    spec = importlib.util.spec_from_file_location("update_lock", ROOT / "scripts" / "update_lock.py")
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    return module
+
+
+def test_update_lock_writes_a_lock_that_reads_back_and_says_what_moved(tmp_path):
+    ul = _update_lock()
+    pins = [Locked("b-pkg", "2.0", (H1,)), Locked("a", "1.0", (H1, H2))]
+    text = ul.lock_text(pins, "26.3")
+    assert parse_lock(text) == {p.name: p for p in pins}
+    old = {"a": Locked("a", "0.9", (H1,)), "gone": Locked("gone", "3", (H1,))}
+    assert ul.moves(old, parse_lock(text)) == ["  a: 0.9 -> 1.0", "  + b-pkg 2.0", "  - gone 3"]
+    # the [tool.uv] pins go before the generated run-config tables (which run to the end of the file) and are
+    # replaced in place the next time
+    project = tmp_path / "pyproject.toml"
+    project.write_text(f'[project]\nname = "x"\n\n{ul.RUN_CONFIG_MARKER}\n[tool.flwr.app.config]\nseed = 0\n')
+    ul.write_uv_block(parse_lock(text), project)
+    first = tomllib.loads(project.read_text())
+    assert first["tool"]["uv"]["constraint-dependencies"] == ["a==1.0", "b-pkg==2.0"]
+    assert project.read_text().index("[tool.uv]") < project.read_text().index(ul.RUN_CONFIG_MARKER)
+    ul.write_uv_block({"a": Locked("a", "1.1", (H1,))}, project)
+    again = project.read_text()
+    assert again.count("[tool.uv]") == 1 and tomllib.loads(again)["tool"]["uv"]["constraint-dependencies"] == ["a==1.1"]
+    assert tomllib.loads(again)["tool"]["flwr"]["app"]["config"] == {"seed": 0}
