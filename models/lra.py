@@ -216,18 +216,28 @@ def complete_mask(p: torch.Tensor) -> torch.Tensor:
     (so it stayed linked to every node); here it is isolated, as in exact arithmetic and as the closed form
     gives it (tests/test_fedrane_code.py).
     """
-    n = p.shape[-1]
-    eye = torch.eye(n, dtype=torch.bool, device=p.device)
-    alive = (p != 0).any(dim=-1)
+    return mask_of_alive((p != 0).any(dim=-1))
+
+
+def mask_of_alive(alive: torch.Tensor) -> torch.Tensor:
+    """:func:`complete_mask` from its nodes' flags (..., n): True where the node's Pearson row is non-zero
+    (its centred features are), i.e. exactly where ``p_ii`` > 0."""
+    n = alive.shape[-1]
+    eye = torch.eye(n, dtype=torch.bool, device=alive.device)
     mask = alive.unsqueeze(-1) & alive.unsqueeze(-2) & ~eye
     lonely = ~mask.any(dim=-1)
     return mask | (eye & lonely.unsqueeze(-1))
 
 
+def uses_complete_graph(cfg: FedRANEConfig) -> bool:
+    """lra-cut = none without a top-k cap: the neighbour sets need no SLIM solve (:func:`complete_mask`)."""
+    return cfg.lra_cut == "none" and cfg.lra_topk == 0
+
+
 def mask_from_pearson(p: torch.Tensor, cfg: FedRANEConfig) -> torch.Tensor:
     """Steps 2-3 from the Pearson matrices (..., n, n). Under ``lra-cut = none`` without a top-k cap the SLIM
     weights decide nothing but structural zeros: :func:`complete_mask` (no solve)."""
-    if cfg.lra_cut == "none" and cfg.lra_topk == 0:
+    if uses_complete_graph(cfg):
         return complete_mask(p)
     if cfg.lra_graph == "closed-form":
         b = slim_closed_form(p, cfg.lra_lambda_g)
@@ -247,6 +257,9 @@ def support_graphs(z_support: torch.Tensor, z_query: torch.Tensor, cfg: FedRANEC
     us = unit_rows(z_support.detach().double())
     uq = unit_rows(z_query.detach().double())
     q, s = uq.shape[0], us.shape[0]
+    if uses_complete_graph(cfg):   # the same masks from the rows' flags, without the (q, s+1, s+1) Pearson blocks
+        alive = torch.cat([(us != 0).any(dim=-1).expand(q, s), (uq != 0).any(dim=-1).unsqueeze(-1)], dim=-1)
+        return mask_of_alive(alive)
     p = torch.empty(q, s + 1, s + 1, dtype=us.dtype, device=us.device)
     p[:, :s, :s] = us @ us.T
     cross = uq @ us.T                                   # (q, s)

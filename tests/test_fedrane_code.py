@@ -147,3 +147,19 @@ def test_a_code_variant_round_trains_with_mixup_and_reports_it(tmp_path):
     assert rnd["lra-mixup-loss-mean"] > 0 and rnd["lra-cd-loss-mean"] > 0
     assert rnd["lra-graph-density-mean"] == 1.0           # lra-cut = none: the complete graph
     assert rnd["gne-status"] in ("converged", "max-iter")
+
+
+def test_support_graphs_under_cut_none_equal_the_complete_masks_of_each_query_graph():
+    from models.lra import support_graphs
+
+    cfg = FedRANEConfig(lra_cut="none")
+    g = torch.Generator().manual_seed(2)
+    zs = torch.randn(9, 6, generator=g)
+    zs[3] = 0.0                                     # a dead support row
+    zq = torch.randn(5, 6, generator=g)
+    zq[1] = 2.0                                     # a constant query row
+    got = support_graphs(zs, zq, cfg)
+    for i in range(5):
+        nodes = torch.cat([zs, zq[i:i + 1]]).double()
+        assert torch.equal(got[i], complete_mask(pearson_matrix(nodes)))
+    assert got[1, 9].sum() == 1 and not got[0, 3, :3].any()
