@@ -10,8 +10,9 @@ Per graph of n feature rows Z (n x d; a training minibatch, or a test sample wit
   4. L steps of attentive message passing over N_i                                 (Eq. 5-6)
          h_i^{l+1} = [h_i^l +] sum_{j in N_i} a_ij W^l h_j^l,
          a_ij = softmax_{j in N_i} ((W_r^l h_i)^T (W_s^l h_j) / sqrt(d)),   Z_hat = h^L.
-     The residual term h_i^l (``fedrane.lra-residual``, default on) is the authors' code's (their attention layer
-     adds its input back); the paper's Eq. 5 omits it. Without it Z_hat_i is built from the *other* samples
+     The residual term h_i^l (``fedrane.lra-residual``, default on) is ours: the paper's Eq. 5 omits it, and so
+     does the GAT the authors' code runs (graph_models.py GAT.forward; only a commented-out line of another layer
+     adds its input back). Without it Z_hat_i is built from the *other* samples
      only (diag(A) = 0); centrally on digits the literal form stayed at the chance-level loss ln 10 for 8
      epochs on the complete graph, while the residual form trains.
   5. Contrastive discrimination L_CD over [Z; Z_hat] with Pearson similarity        (Eq. 7)

@@ -163,3 +163,19 @@ def test_support_graphs_under_cut_none_equal_the_complete_masks_of_each_query_gr
         nodes = torch.cat([zs, zq[i:i + 1]]).double()
         assert torch.equal(got[i], complete_mask(pearson_matrix(nodes)))
     assert got[1, 9].sum() == 1 and not got[0, 3, :3].any()
+
+
+def test_the_round_benchmark_report_states_the_ratio_from_its_result_file():
+    from benchmarks.bench_fedrane_round import PHASES, report
+
+    res = {"written": "2026-11-27 08:00:00", "preset": "fedrane-fmnist-dir01", "clients": 20, "local_epochs": 1,
+           "max_local_steps": 0, "machine": {"loadavg_at_start": [2.0, 0, 0]}, "loadavg_at_end": [3.0, 0, 0],
+           "runs": {"fedavg": {"cpu_s": 40.0, "wall_s": 50.0, "global_accuracy": 0.5, "num_updates": 20},
+                    "fedrane": {"cpu_s": 60.0, "wall_s": 80.0, "global_accuracy": 0.4, "num_updates": 19}},
+           "ratio_cpu_vs_fedavg": {"fedrane": 1.5},
+           "eval_probe": {"fedavg (no neck)": {"images": 512, "cpu_s": 2.0}, "slim": {"images": 512, "cpu_s": 30.0}},
+           "profile": {"total_cpu_s": 10.0, **{label: {"cpu_s": 1.0, "share": 0.1} for label, _, _ in PHASES}}}
+    text = report(res)
+    assert "| fedrane | 60.0 | 80.0 | 1.50 | 0.4000 | 19 |" in text
+    assert "| fedavg | 40.0 | 50.0 | 1.00 | 0.5000 | 20 |" in text
+    assert "| slim | 30.00 | 15.0 |" in text and "no step cap" in text

@@ -34,7 +34,8 @@ class FedRANEConfig(Section):
     lra_slim_eps: float = param(1e-6, "eigenvalue clamp of B B^T relative to its largest (keeps Phi finite)",
                                 gt=0, old="lra-slim-eps")
     lra_steps: int = param(1, "L, message-passing steps (Eq. 5)", ge=1, old="lra-steps")
-    lra_residual: bool = param(True, "h^{l+1} = h^l + messages (authors' code); false: the literal Eq. 5",
+    lra_residual: bool = param(True, "h^{l+1} = h^l + messages (ours: the literal Eq. 5 did not train on digits, "
+                                     "docs/FEDRANE.md); false: the literal Eq. 5, as the authors' GAT",
                                old="lra-residual")
     lra_cut: str = param("row-mean", "edges among the SLIM relations A_ij: row-mean (A_ij above node i's mean "
                                      "relation; our choice, docs/FEDRANE.md) or none (every A_ij > 0, the paper's "
