@@ -1,6 +1,7 @@
 """Generate docs/RESULTS.md (tables, mean ± std over seeds) and figures from results/*/ files.
 
     python -m experiments.report            # all experiments under results/
+    python -m experiments.report --ledger-only   # only the claims ledger section of the existing RESULTS.md
 Nothing in RESULTS.md is typed by hand: every number comes from a results.json.
 """
 
@@ -244,9 +245,36 @@ def build() -> str:
     return "\n".join(parts) + "\n"
 
 
-def main() -> int:
+def replace_ledger(doc: str, ledger: str) -> str:
+    """``doc`` (a RESULTS.md) with its claims ledger section replaced by ``ledger``: what `--ledger-only` writes
+    when other sections' result files are someone else's work in progress (a shared working tree)."""
+    start_line = _ledger_heading()
+    end_line = PRESETS_INTRO.read_text().splitlines()[0]
+    if start_line not in doc or end_line not in doc:
+        raise ValueError(f"{DOC} has no ledger section ('{start_line}' ... '{end_line}'): run without --ledger-only")
+    start, end = doc.index(start_line), doc.index(end_line)
+    return doc[:start] + ledger + "\n\n" + doc[end:]
+
+
+def _ledger_heading() -> str:
+    """The ledger template's first line (its heading)."""
+    from experiments.claims import INTRO
+
+    return INTRO.read_text().splitlines()[0]
+
+
+def main(argv: list[str] | None = None) -> int:
+    import argparse
+
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("--ledger-only", action="store_true",
+                    help="regenerate only the claims ledger section of the existing docs/RESULTS.md")
+    args = ap.parse_args(argv)
     DOC.parent.mkdir(parents=True, exist_ok=True)
-    DOC.write_text(build())
+    if args.ledger_only:
+        DOC.write_text(replace_ledger(DOC.read_text(), ledger_for(RESULTS_ROOT, CLAIMS)))
+    else:
+        DOC.write_text(build())
     print(f"wrote {DOC}")
     return 0
 

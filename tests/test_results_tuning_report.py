@@ -49,3 +49,14 @@ def test_experiments_recorded_before_the_fixed_split_are_marked(tmp_path):
     assert "earlier test split, drawn with each run's seed" in report.split_note(tmp_path)[0]
     (tmp_path / SPLIT_MARKER).write_text("{}")
     assert report.split_note(tmp_path) == []
+
+
+def test_ledger_only_replaces_just_the_ledger_section():
+    doc = ("# Results\n\nheader\n\n## Claims ledger\n\nold ledger\n\n## Paper-scale presets: what has been run\n\n"
+           "presets\n\n## Other\n\nsomeone's table\n")
+    out = report.replace_ledger(doc, "## Claims ledger\n\nnew ledger")
+    assert out == doc.replace("old ledger\n", "new ledger\n")
+    import pytest
+
+    with pytest.raises(ValueError, match="no ledger section"):
+        report.replace_ledger("# Results\n", "x")
