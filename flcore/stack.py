@@ -61,7 +61,8 @@ def parse_lock(text: str) -> dict[str, Locked]:
     return out
 
 
-def read_lock(path: Path = LOCK_FILE) -> dict[str, Locked]:
+def read_lock(path: Path | None = None) -> dict[str, Locked]:
+    path = path or LOCK_FILE
     if not path.is_file():
         raise FileNotFoundError(f"{path}: no lock file (run `python scripts/update_lock.py` to create it)")
     return parse_lock(path.read_text())
@@ -98,7 +99,8 @@ def lock_differences(locked: dict[str, Locked], installed: dict[str, str]) -> li
 
 
 def git_state(root: Path = ROOT) -> dict[str, Any] | None:
-    """The checkout's commit and whether tracked or unignored files differ from it (None outside a checkout)."""
+    """The checkout's commit and whether tracked or unignored files differ from it (None outside a checkout,
+    e.g. under `flwr run`, whose app is unpacked from a FAB)."""
     if not (root / ".git").exists():
         return None
     try:
@@ -133,16 +135,40 @@ def _torch_facts() -> dict[str, Any]:
     }
 
 
+def pyproject_pins(path: Path | None = None) -> dict[str, Locked]:
+    """The lock's pins as pyproject.toml carries them for uv (``[tool.uv] constraint-dependencies``, written by
+    scripts/update_lock.py): what a FAB has, since Flower ships no .lock file in it. No hashes."""
+    import tomllib
+
+    path = path or ROOT / "pyproject.toml"
+    pins = tomllib.loads(path.read_text()).get("tool", {}).get("uv", {}).get("constraint-dependencies", [])
+    out = {}
+    for pin in pins:
+        name, _, version = pin.partition("==")
+        out[normalize(name)] = Locked(normalize(name), version, ())
+    if not out:
+        raise ValueError(f"{path}: no [tool.uv] constraint-dependencies")
+    return out
+
+
+def _lock_state(installed: dict[str, str]) -> dict[str, Any]:
+    """The installed stack against requirements.lock, or (in an unpacked FAB, which has no .lock file) against
+    the same pins in pyproject.toml's [tool.uv] table; says which it read."""
+    try:
+        locked, source = read_lock(), LOCK_FILE.name
+    except (FileNotFoundError, ValueError) as exc:
+        try:
+            locked, source = pyproject_pins(), "pyproject.toml [tool.uv]"
+        except (OSError, ValueError) as exc2:
+            return {"file": None, "matches": None, "why": f"{exc}; {exc2}"}
+    diffs = lock_differences(locked, installed)
+    return {"file": source, "digest": lock_digest(locked), "matches": not diffs, "differences": diffs[:20]}
+
+
 @functools.lru_cache(maxsize=1)
 def _static_stack() -> dict[str, Any]:
     installed = installed_versions()
-    try:
-        locked = read_lock()
-    except (FileNotFoundError, ValueError) as exc:
-        lock: dict[str, Any] | None = {"file": None, "matches": None, "why": str(exc)}
-    else:
-        diffs = lock_differences(locked, installed)
-        lock = {"file": LOCK_FILE.name, "digest": lock_digest(locked), "matches": not diffs, "differences": diffs[:20]}
+    lock = _lock_state(installed)
     return {
         "python": platform.python_version(),
         "implementation": platform.python_implementation(),

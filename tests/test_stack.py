@@ -200,3 +200,21 @@ def test_update_lock_writes_a_lock_that_reads_back_and_says_what_moved(tmp_path)
     again = project.read_text()
     assert again.count("[tool.uv]") == 1 and tomllib.loads(again)["tool"]["uv"]["constraint-dependencies"] == ["a==1.1"]
     assert tomllib.loads(again)["tool"]["flwr"]["app"]["config"] == {"seed": 0}
+
+
+def test_an_unpacked_fab_checks_the_stack_against_pyprojects_pins(tmp_path, monkeypatch):
+    """Under `flwr run` the app is unpacked from a FAB, which carries pyproject.toml but no requirements.lock:
+    the stack is then compared with the same pins from [tool.uv] (and says so)."""
+    import flcore.stack as stack
+
+    fab = tmp_path / "fab"
+    fab.mkdir()
+    (fab / "pyproject.toml").write_text((ROOT / "pyproject.toml").read_text())
+    monkeypatch.setattr(stack, "LOCK_FILE", fab / "requirements.lock")
+    monkeypatch.setattr(stack, "ROOT", fab)
+    pins = stack.pyproject_pins(fab / "pyproject.toml")
+    assert lock_digest(pins) == lock_digest(read_lock())            # the same pins as the lock
+    installed = {n: p.version for n, p in read_lock().items()}
+    state = stack._lock_state(installed)
+    assert state["file"] == "pyproject.toml [tool.uv]" and state["matches"] is True
+    assert stack._lock_state({**installed, "torch": "9.9"})["differences"] == ["torch: locked 2.14.1, installed 9.9"]
