@@ -207,14 +207,15 @@ def test_an_unpacked_fab_checks_the_stack_against_pyprojects_pins(tmp_path, monk
     the stack is then compared with the same pins from [tool.uv] (and says so)."""
     import flcore.stack as stack
 
+    lock = read_lock()
     fab = tmp_path / "fab"
     fab.mkdir()
     (fab / "pyproject.toml").write_text((ROOT / "pyproject.toml").read_text())
     monkeypatch.setattr(stack, "LOCK_FILE", fab / "requirements.lock")
     monkeypatch.setattr(stack, "ROOT", fab)
-    pins = stack.pyproject_pins(fab / "pyproject.toml")
-    assert lock_digest(pins) == lock_digest(read_lock())            # the same pins as the lock
-    installed = {n: p.version for n, p in read_lock().items()}
+    pins = stack.pyproject_pins()
+    assert lock_digest(pins) == lock_digest(lock)                   # the same pins as the lock
+    installed = {n: p.version for n, p in lock.items()}
     state = stack._lock_state(installed)
     assert state["file"] == "pyproject.toml [tool.uv]" and state["matches"] is True
     assert stack._lock_state({**installed, "torch": "9.9"})["differences"] == ["torch: locked 2.14.1, installed 9.9"]
