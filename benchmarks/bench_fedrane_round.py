@@ -91,7 +91,9 @@ def profile_phases(overrides: dict[str, Any], clients: int) -> dict[str, Any]:
 PROBE = {"fedavg (no neck)": {"method": "fedavg"},
          "fedrane, complete graph (lra-cut none: no solve)": {},
          "fedrane, SLIM solve kept (lra-topk 10^6: same masks, the cost before)": {"fedrane.lra-topk": 10 ** 6},
-         "fedrane, default row-mean cut (alternating solve per test image)": {"fedrane.lra-cut": "row-mean"}}
+         "fedrane, default row-mean cut (alternating solve per test image)": {"fedrane.lra-cut": "row-mean"},
+         "fedrane, row-mean cut, closed-form solve (lra-graph closed-form)": {"fedrane.lra-cut": "row-mean",
+                                                                               "fedrane.lra-graph": "closed-form"}}
 
 
 def eval_probe(n: int, clients: int) -> dict[str, Any]:
@@ -122,7 +124,8 @@ def report(res: dict[str, Any]) -> str:
     """The markdown of docs/FEDRANE.md section 7 from a fedrane_round result."""
     load = res["machine"]["loadavg_at_start"][0], res["loadavg_at_end"][0]
     steps = f"capped at {res['max_local_steps']} local steps" if res["max_local_steps"] else "no step cap"
-    lines = [f"Measured {res['written']} (`benchmarks/results/fedrane_round.json`): preset `{res['preset']}`, "
+    extra = "".join(f", {k} = {v}" for k, v in res.get("extra", {}).items())
+    lines = [f"Measured {res['written']} (`benchmarks/results/{res['benchmark']}.json`): preset `{res['preset']}`{extra}, "
              f"{res['clients']} clients, {res['local_epochs']} local epoch(s), {steps}, one round each in one "
              f"process, 1 torch thread; load average {load[0]:.1f} at the start and {load[1]:.1f} at the end on 2 "
              "shared cores (so wall seconds mostly measure the other work; the ratio uses this process's CPU).", "",
@@ -151,20 +154,25 @@ def report(res: dict[str, Any]) -> str:
     return "\n".join(lines)
 
 
+def result_name(tag: str) -> str:
+    return f"fedrane_round-{tag}" if tag else "fedrane_round"
+
+
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     ap.add_argument("--clients", type=int, default=20)
     ap.add_argument("--epochs", type=int, default=1)
     ap.add_argument("--max-steps", type=int, default=0, help="cap on local steps (0: the whole epochs)")
-    ap.add_argument("--methods", nargs="+", default=["fedavg", "fedrane"])
+    ap.add_argument("--methods", nargs="*", default=["fedavg", "fedrane"])
     ap.add_argument("--profile-steps", type=int, default=0, help="cProfile pass of fedrane with this step cap")
     ap.add_argument("--set", nargs="*", default=[], help="extra run-config key=value for every method")
     ap.add_argument("--probe-images", type=int, default=0, help="also time evaluating this many test images "
                     "on each graph path (0: no probe)")
     ap.add_argument("--report", action="store_true", help="print docs/FEDRANE.md's table from the result file")
+    ap.add_argument("--tag", default="", help="result file fedrane_round-<tag>.json instead of fedrane_round.json")
     args = ap.parse_args()
     if args.report:
-        res = load_result("fedrane_round")
+        res = load_result(result_name(args.tag))
         if res is None:
             raise SystemExit("no benchmarks/results/fedrane_round.json: run the benchmark first")
         print(report(res))
@@ -195,7 +203,7 @@ def main() -> None:
     if profile:
         for label, _, _ in PHASES:
             print(f"  {label:52s} {profile[label]['cpu_s']:8.1f} s  {100 * profile[label]['share']:5.1f} %")
-    path = write_result("fedrane_round", {
+    path = write_result(result_name(args.tag), {
         "machine": info, "loadavg_at_end": list(os.getloadavg()), "preset": PRESET, "clients": args.clients,
         "local_epochs": args.epochs, "max_local_steps": args.max_steps, "extra": extra, "runs": runs,
         "ratio_cpu_vs_fedavg": ratios, "profile": profile, "eval_probe": probe,

@@ -168,7 +168,7 @@ def test_support_graphs_under_cut_none_equal_the_complete_masks_of_each_query_gr
 def test_the_round_benchmark_report_states_the_ratio_from_its_result_file():
     from benchmarks.bench_fedrane_round import PHASES, report
 
-    res = {"written": "2026-11-27 08:00:00", "preset": "fedrane-fmnist-dir01", "clients": 20, "local_epochs": 1,
+    res = {"benchmark": "fedrane_round", "written": "2026-11-27 08:00:00", "preset": "fedrane-fmnist-dir01", "clients": 20, "local_epochs": 1,
            "max_local_steps": 0, "machine": {"loadavg_at_start": [2.0, 0, 0]}, "loadavg_at_end": [3.0, 0, 0],
            "runs": {"fedavg": {"cpu_s": 40.0, "wall_s": 50.0, "global_accuracy": 0.5, "num_updates": 20},
                     "fedrane": {"cpu_s": 60.0, "wall_s": 80.0, "global_accuracy": 0.4, "num_updates": 19}},

@@ -100,6 +100,10 @@ class LRATrainer(Trainer):
         self.cd_term = ContrastiveTerm(neck)
         cfg = neck.cfg
         self.mixup = MixupTerm(cfg.mixup_weight) if cfg.mixup_weight > 0 else None
+        if self.mixup is not None and cfg.mixup_logits == "features" and job.model.feature_dim < job.data.num_classes:
+            raise ValueError(f"client {job.cid}: mixup-logits = 'features' uses the {job.model.feature_dim}-d features "
+                             f"as logits over {job.data.num_classes} classes; it needs feature_dim >= the number of "
+                             "classes (set mixup-logits = 'classifier' or mixup-weight = 0)")
         self.rng = np.random.default_rng([job.cfg.seed, job.server_round, job.cid, 0x31])  # mixup's lam and perm
 
     def run(self) -> TrainReply:
