@@ -2,6 +2,7 @@
 
     python -m experiments.report            # all experiments under results/
     python -m experiments.report --ledger-only   # only the claims ledger section of the existing RESULTS.md
+    python -m experiments.report --ledger-only --experiments claim-fedbc-synthetic ...   # and those sections
 Nothing in RESULTS.md is typed by hand: every number comes from a results.json.
 """
 
@@ -214,35 +215,52 @@ def stacks_line(runs: dict[str, list[dict[str, Any]]]) -> str:
     return "Stack: " + "; ".join(f"{k} ({n} run{'s' if n > 1 else ''})" for k, n in sorted(counts.items())) + "."
 
 
+def experiment_section(exp_dir: Path) -> list[str]:
+    """The lines of one experiment's section (heading first; [] when it has no finished run); draws its figure."""
+    runs = load_runs(exp_dir)
+    if not runs:
+        return []
+    meta: dict[str, Any] = {}
+    paper: dict[str, Any] = {}
+    order: list[str] = []
+    cfg_file = exp_dir / "experiment.toml"
+    if cfg_file.exists():
+        with cfg_file.open("rb") as fh:
+            conf = tomllib.load(fh)
+        meta = conf.get("experiment", {})
+        paper = conf.get("paper", {})
+        order = list(conf.get("runs", {}))
+    first = next(iter(runs.values()))[0]
+    fig = plot(exp_dir.name, runs)
+    target = first["final"].get("target_accuracy")
+    return [f"## {meta.get('title', exp_dir.name)}", "",
+            meta.get("description", "").strip(), "",
+            f"Experiment `{exp_dir.name}` (config `experiments/configs/` → copy in `results/{exp_dir.name}/experiment.toml`); "
+            f"{meta.get('num-supernodes', first['final'].get('num_clients'))} clients; target accuracy {target}. "
+            f"Common setting: {setting(first)}.", "", stacks_line(runs), "", *split_note(exp_dir),
+            table(runs, order), "", paper_table(runs, order, paper), tuning_table(exp_dir) or UNTUNED.read_text(),
+            f"![{exp_dir.name}](figures/{fig.name})", ""]
+
+
 def build() -> str:
     parts = [HEADER.read_text().rstrip("\n"), ""]
     if CLAIMS.exists():
         parts += [ledger_for(RESULTS_ROOT, CLAIMS), ""]
     parts += [presets_status(RESULTS_ROOT), ""]
     for exp_dir in sorted(p for p in RESULTS_ROOT.iterdir() if p.is_dir()) if RESULTS_ROOT.exists() else []:
-        runs = load_runs(exp_dir)
-        if not runs:
-            continue
-        meta: dict[str, Any] = {}
-        paper: dict[str, Any] = {}
-        order: list[str] = []
-        cfg_file = exp_dir / "experiment.toml"
-        if cfg_file.exists():
-            with cfg_file.open("rb") as fh:
-                conf = tomllib.load(fh)
-            meta = conf.get("experiment", {})
-            paper = conf.get("paper", {})
-            order = list(conf.get("runs", {}))
-        first = next(iter(runs.values()))[0]
-        fig = plot(exp_dir.name, runs)
-        target = first["final"].get("target_accuracy")
-        parts += [f"## {meta.get('title', exp_dir.name)}", "",
-                  meta.get("description", "").strip(), "",
-                  f"Experiment `{exp_dir.name}` (config `experiments/configs/` → copy in `results/{exp_dir.name}/experiment.toml`); "
-                  f"{meta.get('num-supernodes', first['final'].get('num_clients'))} clients; target accuracy {target}. "
-                  f"Common setting: {setting(first)}.", "", stacks_line(runs), "", *split_note(exp_dir),
-                  table(runs, order), "", paper_table(runs, order, paper), tuning_table(exp_dir) or UNTUNED.read_text(), f"![{exp_dir.name}](figures/{fig.name})", ""]
+        parts += experiment_section(exp_dir)
     return "\n".join(parts) + "\n"
+
+
+def replace_section(doc: str, lines: list[str]) -> str:
+    """``doc`` with the section whose heading is ``lines[0]`` (up to the next '## ' heading) replaced by
+    ``lines``; a clear error when the doc has no such section (then regenerate the whole doc)."""
+    heading = lines[0]
+    start = doc.find("\n" + heading + "\n")
+    if start < 0:
+        raise ValueError(f"{DOC} has no section '{heading}': run `python -m experiments.report` without options")
+    end = doc.find("\n## ", start + len(heading) + 2)
+    return doc[:start + 1] + "\n".join(lines) + ("\n" + doc[end + 1:] if end >= 0 else "\n")
 
 
 def replace_ledger(doc: str, ledger: str) -> str:
@@ -269,10 +287,20 @@ def main(argv: list[str] | None = None) -> int:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--ledger-only", action="store_true",
                     help="regenerate only the claims ledger section of the existing docs/RESULTS.md")
+    ap.add_argument("--experiments", nargs="+", metavar="NAME",
+                    help="with --ledger-only: also regenerate these experiments' sections (results/NAME) in place")
     args = ap.parse_args(argv)
+    if args.experiments and not args.ledger_only:
+        ap.error("--experiments goes with --ledger-only (without it the whole doc is regenerated)")
     DOC.parent.mkdir(parents=True, exist_ok=True)
     if args.ledger_only:
-        DOC.write_text(replace_ledger(DOC.read_text(), ledger_for(RESULTS_ROOT, CLAIMS)))
+        doc = replace_ledger(DOC.read_text(), ledger_for(RESULTS_ROOT, CLAIMS))
+        for name in args.experiments or []:
+            lines = experiment_section(RESULTS_ROOT / name)
+            if not lines:
+                raise SystemExit(f"results/{name} has no finished run")
+            doc = replace_section(doc, lines)
+        DOC.write_text(doc)
     else:
         DOC.write_text(build())
     print(f"wrote {DOC}")

@@ -60,3 +60,20 @@ def test_ledger_only_replaces_just_the_ledger_section():
 
     with pytest.raises(ValueError, match="no ledger section"):
         report.replace_ledger("# Results\n", "x")
+
+
+def test_a_section_is_replaced_in_place_up_to_the_next_heading():
+    doc = "# R\n\n## A\n\nold a\n\n## B\n\nold b\n\n## C\n\nc\n"
+    assert report.replace_section(doc, ["## B", "", "new b", ""]) == "# R\n\n## A\n\nold a\n\n## B\n\nnew b\n\n## C\n\nc\n"
+    assert report.replace_section(doc, ["## C", "", "new c", ""]) == "# R\n\n## A\n\nold a\n\n## B\n\nold b\n\n## C\n\nnew c\n\n"
+    import pytest
+
+    with pytest.raises(ValueError, match="no section '## D'"):
+        report.replace_section(doc, ["## D"])
+
+
+def test_the_committed_ledger_is_generated_from_the_result_files():
+    from experiments.claims import CLAIMS, ledger_for
+
+    text = report.DOC.read_text()
+    assert ledger_for(report.RESULTS_ROOT, CLAIMS) in text, "run: python -m experiments.report --ledger-only"
