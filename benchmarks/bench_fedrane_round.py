@@ -128,9 +128,10 @@ def report(res: dict[str, Any]) -> str:
     lines = [f"Measured {res['written']} (`benchmarks/results/{res['benchmark']}.json`): preset `{res['preset']}`{extra}, "
              f"{res['clients']} clients, {res['local_epochs']} local epoch(s), {steps}, one round each in one "
              f"process, 1 torch thread; load average {load[0]:.1f} at the start and {load[1]:.1f} at the end on 2 "
-             "shared cores (so wall seconds mostly measure the other work; the ratio uses this process's CPU).", "",
-             "| method | round CPU s | wall s | CPU / FedAvg's | G-FL after the round | updates |",
-             "|---|---|---|---|---|---|"]
+             "shared cores (so wall seconds mostly measure the other work; the ratio uses this process's CPU)."]
+    if res["runs"]:
+        lines += ["", "| method | round CPU s | wall s | CPU / FedAvg's | G-FL after the round | updates |",
+                  "|---|---|---|---|---|---|"]
     ratios = res["ratio_cpu_vs_fedavg"]
     for m, r in res["runs"].items():
         ratio = "1.00" if m == "fedavg" else f"{ratios[m]:.2f}"

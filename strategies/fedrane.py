@@ -122,8 +122,9 @@ class GNEStrategy(FLStrategy):
         client_params = [u.params for u in updates]
         gram = delta_gram(params, client_params, floating_keys(params))
         t_gram = time.perf_counter() - t0
-        metrics: dict[str, Any] = {"gne-cids": cids, "gne-gram-seconds": t_gram, "fedrane.gne-solver": self.gne.gne_solver,
-                                   "fedrane.gne-scale": self.gne.gne_scale, **lra_summary(updates)}
+        name = self.gne.NAME   # fedrane, or fedrane-code: the section these keys were read from
+        metrics: dict[str, Any] = {"gne-cids": cids, "gne-gram-seconds": t_gram, f"{name}.gne-solver": self.gne.gne_solver,
+                                   f"{name}.gne-scale": self.gne.gne_scale, **lra_summary(updates)}
         problem = nash_degenerate(gram, self.gne.gne_degenerate_tol)
         if problem is not None:
             log.warning("round %s: GNE has no Nash-bargaining solution (%s); falling back to sample-weighted "

@@ -114,7 +114,8 @@ def _weighted_mean(replies: list[Message]) -> dict[str, np.ndarray]:
 
 # ------------------------------------------------------------------------------- Strategy.start()
 def test_the_single_exchange_methods_are_all_but_fedufo():
-    assert set(methods()) - set(START) == {"fedufo"}
+    # fedufo relays priors within a round; spherefed calibrates its classifier in one more exchange at the end
+    assert set(methods()) - set(START) == {"fedufo", "spherefed"}
     assert set(START) - set(NUMPY) == {"scaffold", "fedetf", "fedgmv"}
 
 

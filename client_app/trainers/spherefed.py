@@ -2,7 +2,8 @@
 orthogonal classifier (the model hook built both), with MSE to the one-hot label or cross-entropy; and, for the
 calibration message after the last round (``train.calibrate``), this client's V = sum_i h_i h_i^T and
 U = sum_i h_i onehot(y_i)^T over its training data under the received model, sent instead of an update (the
-model goes back unchanged)."""
+model goes back unchanged, with the base reply metrics of a round without training: no steps, train_loss NaN,
+the received model's accuracy on the local test split as both the local and the global-model figure)."""
 
 from __future__ import annotations
 
@@ -12,7 +13,7 @@ import torch.nn.functional as F
 from flwr.app import ArrayRecord, ConfigRecord, MetricRecord
 
 from client_app.trainers.base import Trainer, TrainReply
-from client_app.training import TrainStats, local_train
+from client_app.training import TrainStats, evaluate, local_train
 from flcore.methods.spherefed import CALIBRATE_ACTION, CALIBRATION_RECORD, SphereFedConfig
 from flcore.records import params_to_record
 
@@ -53,4 +54,9 @@ class SphereTrainer(Trainer):
         v, u = calibration_stats(h, d.y_train, d.num_classes)
         records: dict[str, ArrayRecord | ConfigRecord | MetricRecord] = {
             CALIBRATION_RECORD: params_to_record({"v": v, "u": u})}
-        return TrainReply(self.reply_params(), {"cid": self.job.cid, "num-examples": d.num_train}, records)
+        loss, acc = evaluate(model, d.x_test, d.y_test)   # the received model, which is also what goes back
+        metrics: dict[str, float | int] = {
+            "cid": self.job.cid, "num-examples": d.num_train, "train_loss": float("nan"), "local-steps": 0,
+            "local-accuracy": acc, "local-loss": loss, "global-model-local-accuracy": acc,
+            "global-model-local-loss": loss}
+        return TrainReply(self.reply_params(), metrics, records)
