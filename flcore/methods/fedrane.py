@@ -2,11 +2,12 @@
 (GNE, server). Keys ``fedrane.lra-*`` configure the client's LRA neck (paper Eqs. 2-9), ``fedrane.gne-*`` the
 server's Nash bargaining over the clients' deltas (G^T G p = 1/p, solved as in Nash-MTL)."""
 
+import dataclasses
 from dataclasses import dataclass
 from typing import Any
 
 from flcore.registry import BASE_TRAINER, FEDAVG_STRATEGY, MethodDecl, Payload
-from flcore.schema import ConfigError, Section, param
+from flcore.schema import ConfigError, KeySpec, Section, param
 
 GRAPHS = ("alternating", "closed-form")
 CUTS = ("row-mean", "none")
@@ -109,6 +110,12 @@ class FedRANECodeConfig(FedRANEConfig):
     builds its clients from clientSphereG.py, which the repository does not contain; we take clientFedRANE.py."""
 
     NAME = "fedrane-code"
+
+    @classmethod
+    def specs(cls) -> list[KeySpec]:
+        """The keys as declared, without the flat names of before sectioning: those became fedrane.* keys
+        (an old ``lra-topk`` names ``fedrane.lra-topk``, not this variant's key)."""
+        return [dataclasses.replace(s, old=None) for s in super().specs()]
     lra_graph: str = param("closed-form", "one-shot EASE solve (H = (P + lambda I)^-1, B = -H / diag(H)): "
                            + CODE + "trainmodel/graph_generator.py GraphGenerator._get_W", choices=GRAPHS)
     lra_cut: str = param("none", "every A_ij > 0 is an edge (GraphGenerator(thresh='no'), get_graph; the GAT "
