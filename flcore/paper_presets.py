@@ -50,6 +50,15 @@ def _rane(dataset: str, alpha: float, model: str, label: str) -> Preset:
     if model == "resnet18":
         choices["model"] = ("the paper's 'ResNet' has no stated depth; our resnet18 (GroupNorm) has its 512-d "
                             "embedding")
+    if dataset == "fmnist":
+        choices["lr"] = ("not expressible exactly with our model: the paper's lr 0.5 (plain SGD, B 128) trains the "
+                         "authors' base, L2-normalised features on a frozen orthogonal classifier (their "
+                         "clientFedRANE.py; method='fedrane-code', docs/FEDRANE.md); our ConvNet with its linear "
+                         "head diverges at it (round-1 updates NaN or rejected for their norm, G-FL at chance: the "
+                         "short runs below). What runs instead: lr=0.05 with this preset (learns without a "
+                         "rejection; in fedrane-fmnist-dir01's short runs FedRANE more slowly than FedAvg). "
+                         "method='fedrane-code' (the authors' base) at lr 0.5 rejected nothing there but was still "
+                         "at chance after its short run")
     return Preset(
         f"fedrane-{short}-dir{str(alpha).replace('.', '')}", RANE, f"{label}, Dirichlet({alpha}), 20 clients",
         RANE_SOURCE,

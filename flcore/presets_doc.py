@@ -10,6 +10,7 @@ expressible exactly with our options (a ``choices`` entry beginning "not express
 
 from __future__ import annotations
 
+import json
 import math
 import sys
 from pathlib import Path
@@ -19,6 +20,7 @@ from flcore.pyproject import toml_value
 
 ROOT = Path(__file__).resolve().parent.parent
 DOC = ROOT / "docs" / "PRESETS.md"
+CHECKS = ROOT / "benchmarks" / "results" / "preset_check.json"  # short runs: python -m benchmarks.preset_check
 STATED, CHOSEN, INEXACT = "stated", "our choice", "stated, not expressible exactly"
 MARK = {STATED: "", CHOSEN: "*", INEXACT: "~"}
 
@@ -49,14 +51,34 @@ def _cell(text: str) -> str:
     return text.replace("|", "\\|")
 
 
-def preset_section(p: Preset) -> list[str]:
+def preset_section(p: Preset, checks: dict | None = None) -> list[str]:
     rows = ["| key | value | | why |", "|---|---|---|---|"]
     for key, value in p.values.items():
         kind = kind_of(p, key)
         why = "see Source" if kind == STATED else _cell(p.choices[key])
         rows.append(f"| `{key}` | `{toml_value(value)}` | {kind} | {why} |")
     return [f"### `{p.name}`", "", f"{p.setting}. {p.num_supernodes} clients (`--nodes {p.num_supernodes}`), "
-            f"scale `{p.scale}`.", "", "```bash", run_command(p), "```", "", f"Source: {p.source}.", "", *rows, ""]
+            f"scale `{p.scale}`.", "", "```bash", run_command(p), "```", "", f"Source: {p.source}.", "", *rows, "",
+            *check_rows(p, checks or {})]
+
+
+def check_rows(p: Preset, checks: dict) -> list[str]:
+    """The short runs of ``p`` recorded in benchmarks/results/preset_check.json (does it learn at its values?)."""
+    runs = [r for r in checks.values() if r["preset"] == p.name]
+    if not runs:
+        return []
+    rows = ["Short runs (`python -m benchmarks.preset_check`; G-FL accuracy after each round, updates rejected):", "",
+            "| run | method | lr | rounds x local steps | G-FL per round | rejected (NaN / norm) |", "|---|---|---|---|---|---|"]
+    for r in runs:
+        changed = ", ".join(f"{k}={v}" for k, v in sorted(r["variant"].items())) or "as stated"
+        acc = " → ".join(f"{a:.3f}" if a is not None else "n/a" for a in (x["global_accuracy"] for x in r["rounds"]))
+        nan = sum(x["rejected"].get("nan", 0) for x in r["rounds"])
+        norm = sum(v for x in r["rounds"] for k, v in x["rejected"].items() if k != "nan")
+        sent = sum(x["sampled"] for x in r["rounds"])
+        b = r["budget"]
+        rows.append(f"| {changed} | {r['values']['method']} | {r['values']['lr']} | {b['num-server-rounds']} x "
+                    f"{b['max-local-steps']} | {acc} | {nan} / {norm} of {sent} |")
+    return [*rows, ""]
 
 
 INTRO = """# Paper presets
@@ -93,10 +115,11 @@ def render() -> str:
     papers: dict[str, list[Preset]] = {}
     for p in table.values():
         papers.setdefault(p.paper, []).append(p)
+    checks = json.loads(CHECKS.read_text()) if CHECKS.exists() else {}
     for paper, group in papers.items():
         lines += [f"## {paper}", ""]
         for p in group:
-            lines += preset_section(p)
+            lines += preset_section(p, checks)
     return "\n".join(lines).rstrip() + "\n"
 
 
