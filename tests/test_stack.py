@@ -219,3 +219,12 @@ def test_an_unpacked_fab_checks_the_stack_against_pyprojects_pins(tmp_path, monk
     state = stack._lock_state(installed)
     assert state["file"] == "pyproject.toml [tool.uv]" and state["matches"] is True
     assert stack._lock_state({**installed, "torch": "9.9"})["differences"] == ["torch: locked 2.14.1, installed 9.9"]
+
+
+def test_readme_states_the_locked_versions():
+    """The README's statement of the stack ('flwr[simulation] X with Ray, PyTorch Y / torchvision Z') is the lock."""
+    lock = read_lock()
+    text = (ROOT / "README.md").read_text()
+    m = re.search(r"flwr\[simulation\] (\S+) with Ray,\s+PyTorch (\S+) / torchvision (\S+)", text)
+    assert m is not None
+    assert m.groups() == (lock["flwr"].version, lock["torch"].version, lock["torchvision"].version)
