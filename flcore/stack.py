@@ -48,7 +48,7 @@ def parse_lock(text: str) -> dict[str, Locked]:
     out: dict[str, Locked] = {}
     joined = re.sub(r"\\\n", " ", text)
     for lineno, raw in enumerate(joined.splitlines(), 1):
-        line = raw.split("#", 1)[0].strip() if not raw.lstrip().startswith("--hash") else raw.strip()
+        line = raw.split("#", 1)[0].strip()
         if not line:
             continue
         m = re.fullmatch(r"([A-Za-z0-9][A-Za-z0-9._-]*)==(\S+)((?:\s+--hash=sha256:[0-9a-f]{64})+)", line)
