@@ -238,7 +238,7 @@ def experiment_section(exp_dir: Path) -> list[str]:
             f"Experiment `{exp_dir.name}` (config `experiments/configs/` → copy in `results/{exp_dir.name}/experiment.toml`); "
             f"{meta.get('num-supernodes', first['final'].get('num_clients'))} clients; target accuracy {target}. "
             f"Common setting: {setting(first)}.", "", stacks_line(runs), "", *split_note(exp_dir),
-            table(runs, order), "", paper_table(runs, order, paper), tuning_table(exp_dir) or UNTUNED.read_text(),
+            table(runs, order), "", paper_table(runs, order, paper), tuning_table(exp_dir) or meta.get("untuned-note") or UNTUNED.read_text(),
             f"![{exp_dir.name}](figures/{fig.name})", ""]
 
 
