@@ -55,6 +55,8 @@ if [ -n "${DRY_RUN:-}" ]; then
   exit 0
 fi
 start=$(date +%s)
-printf '%s\n' "${jobs[@]}" | xargs -P "${RUN_PARALLEL:-${#jobs[@]}}" -L 1 sh -c \
-  'OMP_NUM_THREADS=1 '"$py"' -m experiments.run "$0" --only "$1" --seeds '"${seeds[*]}"' > "$0.$1.log" 2>&1 || { echo "failed: $0 $1 (log follows)"; tail -20 "$0.$1.log"; exit 255; }'
+logs="${LOG_DIR:-$tmp}"  # LOG_DIR=dir keeps each run's log (dir/<config>.<label>.log); by default they go with $tmp
+mkdir -p "$logs"
+printf '%s\n' "${jobs[@]}" | LOGS="$logs" xargs -P "${RUN_PARALLEL:-${#jobs[@]}}" -L 1 sh -c \
+  'OMP_NUM_THREADS=1 '"$py"' -m experiments.run "$0" --only "$1" --seeds '"${seeds[*]}"' > "$LOGS/$(basename "$0" .toml).$1.log" 2>&1 || { echo "failed: $0 $1 (log follows)"; tail -20 "$LOGS/$(basename "$0" .toml).$1.log"; exit 1; }'
 echo "done in $(( $(date +%s) - start )) s; results/fmnist-table-dir01-gpu/ and results/fmnist-table-dir05-gpu/"
