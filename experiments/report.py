@@ -20,6 +20,7 @@ from experiments.claims import CLAIMS, ledger_for
 from experiments.legacy import current_run_config
 from flcore.config import PROJECT_ROOT
 from flcore.stack import describe
+from server_app.results import summarize
 
 RESULTS_ROOT = PROJECT_ROOT / "results"
 DOC = PROJECT_ROOT / "docs" / "RESULTS.md"
@@ -48,7 +49,9 @@ def mean_std(values: list[float | None], scale: float, decimals: int) -> str:
     return text + (f" ({missing} never)" if missing else "")
 
 
-def load_runs(exp_dir: Path) -> dict[str, list[dict[str, Any]]]:
+def load_runs(exp_dir: Path, unfinished: bool = False) -> dict[str, list[dict[str, Any]]]:
+    """Each run label's results.json documents; finished runs only, unless ``unfinished`` (for an experiment read
+    at fixed rounds: ``report-rounds``)."""
     runs: dict[str, list[dict[str, Any]]] = {}
     for label_dir in sorted(p for p in exp_dir.iterdir() if p.is_dir()):
         docs = []
@@ -58,11 +61,46 @@ def load_runs(exp_dir: Path) -> dict[str, list[dict[str, Any]]]:
                 doc = json.loads(f.read_text())
                 # runs recorded before issue 16 name method keys the old flat way: read them under today's names
                 doc["run_config"] = current_run_config(doc["run_config"], str(f))
-                if len(doc["rounds"]) >= int(doc["run_config"].get("num-server-rounds", 0)):
+                if unfinished or len(doc["rounds"]) >= int(doc["run_config"].get("num-server-rounds", 0)):
                     docs.append(doc)  # unfinished runs (in progress or killed) stay out of the tables
         if docs:
             runs[label_dir.name] = docs
     return runs
+
+
+def at_round(runs: dict[str, list[dict[str, Any]]], n: int) -> tuple[dict[str, list[dict[str, Any]]], list[str]]:
+    """The runs read at round ``n``: each document cut to its first ``n`` rounds with "final" recomputed over
+    them (server_app.results.summarize), for the runs that reached round ``n``; and a note per label whose
+    runs did not (how far each got, its time per round)."""
+    cut: dict[str, list[dict[str, Any]]] = {}
+    short: list[str] = []
+    for label, docs in runs.items():
+        kept = [{**d, "rounds": d["rounds"][:n],
+                 "final": summarize(d["rounds"][:n], d["run_config"], d["final"].get("num_clients", 0))}
+                for d in docs if len(d["rounds"]) >= n]
+        if kept:
+            cut[label] = kept
+        for d in docs:
+            if len(d["rounds"]) < n:
+                secs = summarize(d["rounds"], d["run_config"]).get("mean_round_time_s")
+                short.append(f"{label} (seed {d['run_config'].get('seed')}): {len(d['rounds'])} round(s)"
+                             + (f", {secs:.0f} s/round" if secs is not None else ""))
+    return cut, short
+
+
+def fixed_round_tables(runs: dict[str, list[dict[str, Any]]], order: list[str], paper: dict[str, Any],
+                       rounds: list[int], note: str) -> list[str]:
+    """An experiment stopped before its planned rounds (``report-rounds`` in its [experiment] table): a table
+    per listed round over the runs that reached it, the others named with how far they got."""
+    lines = [note.strip(), ""] if note else []
+    for n in rounds:
+        cut, short = at_round(runs, n)
+        lines += [f"**Read at round {n}** (every run's first {n} rounds; "
+                  + (f"stopped earlier, so not in this table: {'; '.join(short)}" if short else "every run reached it")
+                  + ").", ""]
+        if cut:
+            lines += [table(cut, order), "", paper_table(cut, order, paper)]
+    return lines
 
 
 def table(runs: dict[str, list[dict[str, Any]]], order: list[str]) -> str:
@@ -217,9 +255,6 @@ def stacks_line(runs: dict[str, list[dict[str, Any]]]) -> str:
 
 def experiment_section(exp_dir: Path) -> list[str]:
     """The lines of one experiment's section (heading first; [] when it has no finished run); draws its figure."""
-    runs = load_runs(exp_dir)
-    if not runs:
-        return []
     meta: dict[str, Any] = {}
     paper: dict[str, Any] = {}
     order: list[str] = []
@@ -230,6 +265,10 @@ def experiment_section(exp_dir: Path) -> list[str]:
         meta = conf.get("experiment", {})
         paper = conf.get("paper", {})
         order = list(conf.get("runs", {}))
+    report_rounds = [int(n) for n in meta.get("report-rounds", [])]
+    runs = load_runs(exp_dir, unfinished=bool(report_rounds))
+    if not runs:
+        return []
     first = next(iter(runs.values()))[0]
     fig = plot(exp_dir.name, runs)
     target = first["final"].get("target_accuracy")
@@ -238,7 +277,8 @@ def experiment_section(exp_dir: Path) -> list[str]:
             f"Experiment `{exp_dir.name}` (config `experiments/configs/` → copy in `results/{exp_dir.name}/experiment.toml`); "
             f"{meta.get('num-supernodes', first['final'].get('num_clients'))} clients; target accuracy {target}. "
             f"Common setting: {setting(first)}.", "", stacks_line(runs), "", *split_note(exp_dir),
-            table(runs, order), "", paper_table(runs, order, paper), tuning_table(exp_dir) or meta.get("untuned-note") or UNTUNED.read_text(),
+            *(fixed_round_tables(runs, order, paper, report_rounds, meta.get("report-note", "")) if report_rounds
+              else [table(runs, order), "", paper_table(runs, order, paper)]), tuning_table(exp_dir) or meta.get("untuned-note") or UNTUNED.read_text(),
             f"![{exp_dir.name}](figures/{fig.name})", ""]
 
 

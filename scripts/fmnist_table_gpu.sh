@@ -11,9 +11,11 @@
 # python -m experiments.report tabulates them beside the paper's values).
 # Every (setting, method) pair runs as its own process, all at once (the in-process engine trains a round's
 # clients one after another, so one process leaves most of the GPU idle); RUN_PARALLEL=N limits that.
-# Not yet timed on a GPU (no device was available when it was written): the estimate of ~6 s per round per run
-# (470 ConvNet steps of batch 128 per round + evaluation) puts 30 rounds of the 20 runs, in parallel, near 5 minutes
-# if the GPU keeps up with 20 processes; measure and adjust ROUNDS / RUN_PARALLEL on the first GPU session.
+# Measured on one H200 (2026-11-27, 20 runs at once, one process each, 16 cores): 31-37 s per round for the methods
+# without LRA, 114 s for fedrane / fedrane-no-gne, 300 s for fedrane-code; a 480 s lease got 11-14 rounds of the
+# former, 3 of FedRANE. A run the lease cut short keeps its results.json up to its last round: add
+# `report-rounds = [N, ...]` (and a `report-note`) to results/<name>/experiment.toml's [experiment] table and
+# `python -m experiments.report` reads every run at those rounds (docs/RESULTS.md).
 set -euo pipefail
 cd "$(dirname "$0")/.."
 rounds="${1:-30}"
@@ -36,7 +38,7 @@ subs = {r'^name = ".*"$': f'name = "fmnist-table-dir{a}-gpu"',
         r"^max-local-steps = .*$": "max-local-steps = 0", r"^batch-size = .*$": "batch-size = 128",
         r"at a CPU budget": f"at the GPU budget ({rounds} rounds of 5 local epochs, B = 128)",
         r"\*\*CPU budget, stated for the whole table:\*\*.*?not the paper's converged ones\.":
-            f"**GPU budget, stated for the whole table:** {rounds} rounds, every client every round, 5 local epochs "
+            f"**GPU budget, stated for the whole table:** planned {rounds} rounds (a run stopped early: set report-rounds), every client every round, 5 local epochs "
             "of B = 128 per round, no step cap (the paper's local work per round; scripts/fmnist_table_gpu.sh)."}
 for pattern, repl in subs.items():
     text, n = re.subn(pattern, repl, text, flags=re.M)

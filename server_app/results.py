@@ -93,6 +93,32 @@ def csv_columns(rounds: list[dict[str, Any]]) -> list[str]:
 # Rewrite results.json after a round only when this many seconds have passed since the last write (and
 # always at the end): rounds slower than this are written every round as before, while a run of
 # millisecond rounds does not spend most of its time rewriting (and renaming) the file.
+def summarize(rounds: list[dict[str, Any]], run_config: dict[str, Any], num_clients: int = 0) -> dict[str, Any]:
+    """results.json's "final": the last round's scalars plus the run's summary over ``rounds`` (best accuracy,
+    rounds to target, time, bytes, failures). Pure: the report also applies it to the first N rounds of a run."""
+    if not rounds:
+        return {}
+    last = rounds[-1]
+    target = float(run_config.get("target-accuracy", 0.8))
+    accs = [r["global_accuracy"] for r in rounds if r.get("global_accuracy") is not None]
+    times = [r["wall_time_s"] for r in rounds]
+    keys = [c for c in SCALAR_COLUMNS if c not in ("round", "wall_time_s", "bytes_sent", "bytes_received",
+                                                    "num_sampled", "num_updates", "num_failures")]
+    out = {k: last.get(k) for k in keys}
+    out.update({
+        "rounds": len(rounds),
+        "best_global_accuracy": max(accs) if accs else None,
+        "target_accuracy": target,
+        "rounds_to_target": rounds_to_target(rounds, target),
+        "total_wall_time_s": float(sum(times)),
+        "mean_round_time_s": float(np.mean(times)),
+        "total_bytes_sent": int(sum(r["bytes_sent"] for r in rounds)),
+        "total_failures": int(sum(len(r.get("failures", [])) for r in rounds)),
+        "num_clients": num_clients,
+    })
+    return out
+
+
 WRITE_INTERVAL_S = 1.0
 
 
@@ -112,27 +138,7 @@ class ResultsWriter:
             self.write()  # keep results.json current: a killed run leaves its rounds but the last second's
 
     def final(self, num_clients: int) -> dict[str, Any]:
-        if not self.rounds:
-            return {}
-        last = self.rounds[-1]
-        target = float(self.run_config.get("target-accuracy", 0.8))
-        accs = [r["global_accuracy"] for r in self.rounds if r.get("global_accuracy") is not None]
-        times = [r["wall_time_s"] for r in self.rounds]
-        keys = [c for c in SCALAR_COLUMNS if c not in ("round", "wall_time_s", "bytes_sent", "bytes_received",
-                                                        "num_sampled", "num_updates", "num_failures")]
-        out = {k: last.get(k) for k in keys}
-        out.update({
-            "rounds": len(self.rounds),
-            "best_global_accuracy": max(accs) if accs else None,
-            "target_accuracy": target,
-            "rounds_to_target": rounds_to_target(self.rounds, target),
-            "total_wall_time_s": float(sum(times)),
-            "mean_round_time_s": float(np.mean(times)),
-            "total_bytes_sent": int(sum(r["bytes_sent"] for r in self.rounds)),
-            "total_failures": int(sum(len(r.get("failures", [])) for r in self.rounds)),
-            "num_clients": num_clients,
-        })
-        return out
+        return summarize(self.rounds, self.run_config, num_clients)
 
     def write(self, num_clients: int = 0) -> Path:
         path = self.out_dir / "results.json"

@@ -1,8 +1,9 @@
 """docs/RESULTS.md's generated parts added by issues 30/31: the stack line of every table and the table of
 ours beside a paper's values (experiments/report.py)."""
 
-from experiments.report import paper_table, stacks_line
+from experiments.report import at_round, fixed_round_tables, paper_table, stacks_line
 from flcore.stack import describe
+from server_app.results import summarize
 
 
 def _doc(gfl, pfl, stack=None):
@@ -27,3 +28,36 @@ def test_paper_table_sets_ours_beside_the_papers_values():
     assert lines[4] == "| fedrane | 1 | 90.00 | 88.92 | 95.00 | 97.97 |"
     assert lines[5] == "| fedavg | 2 | 75.00 ± 7.07 | 79.02 | – | - |"
     assert paper_table(runs, [], {}) == ""
+
+
+def _run(label_seed: int, accs: list[float], secs: float = 2.0) -> dict:
+    rounds = [{"round": i + 1, "global_accuracy": a, "global_loss": 1.0 - a, "local_accuracy": a + 0.1,
+               "wall_time_s": secs, "bytes_sent": 100, "bytes_received": 100, "num_sampled": 2, "num_updates": 2,
+               "num_failures": 0, "failures": []} for i, a in enumerate(accs)]
+    rc = {"seed": label_seed, "num-server-rounds": 20, "target-accuracy": 0.5}
+    return {"run_config": rc, "rounds": rounds, "final": summarize(rounds, rc, 4)}
+
+
+def test_summarize_is_the_writers_final_and_reads_a_prefix():
+    doc = _run(0, [0.2, 0.6, 0.4, 0.9])
+    first3 = summarize(doc["rounds"][:3], doc["run_config"], 4)
+    assert first3["global_accuracy"] == 0.4 and first3["best_global_accuracy"] == 0.6
+    assert first3["rounds"] == 3 and first3["rounds_to_target"] == 2 and first3["total_wall_time_s"] == 6.0
+    assert doc["final"]["global_accuracy"] == 0.9 and doc["final"]["rounds"] == 4
+    assert summarize([], {}) == {}
+
+
+def test_at_round_cuts_every_run_that_reached_it_and_names_the_others():
+    runs = {"fedavg": [_run(0, [0.2, 0.6, 0.7]), _run(1, [0.3, 0.5, 0.8, 0.85])],
+            "slow": [_run(0, [0.1], secs=300.0)]}
+    cut, short = at_round(runs, 2)
+    assert list(cut) == ["fedavg"]
+    assert [d["final"]["global_accuracy"] for d in cut["fedavg"]] == [0.6, 0.5]
+    assert all(len(d["rounds"]) == 2 for d in cut["fedavg"])
+    assert short == ["slow (seed 0): 1 round(s), 300 s/round"]
+    lines = fixed_round_tables(runs, ["fedavg", "slow"], {}, [1, 3], "note")
+    text = "\n".join(lines)
+    assert text.startswith("note") and "**Read at round 1** (every run's first 1 rounds; every run reached it)" in text
+    assert "| slow | 1 | 1 | 10.00 |" in text  # read at round 1, the slow run is in
+    assert "fedavg (seed 0)" not in text and "slow (seed 0): 1 round(s), 300 s/round" in text
+    assert "| fedavg | 2 | 3 | 75.00 ± 7.07 |" in text  # at round 3: both seeds, seed 1 cut from 4 rounds
