@@ -18,6 +18,7 @@ DESCRIPTION = """Non-IID federated learning methods on Flower.
   noniid-fl run --nodes 20 -c "method='fedprox' fedprox.mu=0.1 num-server-rounds=30"
   noniid-fl methods                               # every method, with its paper
   noniid-fl config fedprox                        # the keys a fedprox run reads: default, bounds, doc
+  noniid-fl compare runs/a runs/b                 # runs side by side: figure (compare.png) and table
 """
 
 RUN_EPILOG = """Keys and syntax are those of `flwr run -c` (sectioned method keys: fedprox.mu=0.1; strings in quotes).
@@ -30,7 +31,7 @@ Exit codes: 0 done, 1 the run failed (traceback in <out-dir>/run.log), 2 usage/c
 def build_parser() -> argparse.ArgumentParser:
     ap = argparse.ArgumentParser(prog="noniid-fl", description=DESCRIPTION,
                                  formatter_class=argparse.RawDescriptionHelpFormatter)
-    sub = ap.add_subparsers(dest="command", metavar="{run,methods,config}")
+    sub = ap.add_subparsers(dest="command", metavar="{run,methods,config,compare}")
     run = sub.add_parser("run", help="run a federation on this machine", description="Run a federation of "
                          "--nodes simulated clients on this machine.", epilog=RUN_EPILOG,
                          formatter_class=argparse.RawDescriptionHelpFormatter)
@@ -49,6 +50,9 @@ def build_parser() -> argparse.ArgumentParser:
                          description="List every run-config key with its default, bounds and doc; with METHOD, "
                                      "the common keys and that method's section.")
     cfg.add_argument("method", nargs="?", metavar="METHOD")
+    from cli.compare import add_parser
+
+    add_parser(sub)
     return ap
 
 
@@ -65,6 +69,10 @@ def main(argv: list[str] | None = None) -> int:
 
             print(methods_text())
             return 0
+        if args.command == "compare":
+            from cli.compare import cmd_compare
+
+            return cmd_compare(args)
         if args.command == "config":
             from cli.listing import config_text
 
