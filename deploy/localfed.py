@@ -156,7 +156,7 @@ class LocalFederation:
     register: list[int] | None = None         # with node_auth: nodes whose keys get registered (default all)
     start_nodes: list[int] | None = None      # nodes that start() launches (default all; others: start_node)
     app_dir: Path = ROOT                      # what `flwr run` packs (see snapshot_app)
-    database: bool = True                     # SuperLink state in <workdir>/superlink.db (SQLite, as DATABASE
+    database: bool = True                     # SuperLink state in <workdir>/state/superlink.db (SQLite, as DATABASE
                                               # in production); False: Flower's in-memory state (the
                                               # SuperLink's default; measured ~half its CPU per request)
     python: str = sys.executable
@@ -247,7 +247,7 @@ class LocalFederation:
         env = self.env(self.workdir / "superlink-home")
         env.update(SUPERLINK_HOST="127.0.0.1", SUPERLINK_PORT=str(self.port))
         if self.database:
-            env["DATABASE"] = str(self.workdir / "superlink.db")
+            env["DATABASE"] = str(self.workdir / "state" / "superlink.db")
         if self.tls:
             env["CERTS_DIR"] = str(self.certs)
         if self.secret is not None:

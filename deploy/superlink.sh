@@ -3,12 +3,13 @@
 # authenticates only the Fleet API, so the SuperLink listens on loopback by default and deploy/proxy.sh
 # publishes the Fleet API (and the Control API to operators with a client certificate).
 # Configured by environment variables (defaults in brackets), extra arguments go to flower-superlink:
-#   SUPERLINK_HOST [127.0.0.1] SUPERLINK_PORT [9091]
-#   EXPOSE_ALL_APIS=1  allow a non-loopback SUPERLINK_HOST (publishes Control and Runtime API too; only
+#   SUPERLINK_HOST [127.0.0.1] SUPERLINK_PORT [9091]; only a loopback IP literal (127.0.0.0/8, ::1) unless
+#   EXPOSE_ALL_APIS=1  allows a non-loopback SUPERLINK_HOST (publishes Control and Runtime API too; only
 #                  on a network where every peer is trusted)
 #   CERTS_DIR      directory with ca.crt, server.crt, server.key (deploy/pki.sh) -> TLS; unset -> --insecure
 #   NODE_AUTH=1    only SuperNodes whose public key was registered (`flwr supernode register`) may connect
-#   DATABASE       SQLite file for runs/nodes/registered keys [in memory: lost on restart]
+#   DATABASE       SQLite file for runs/nodes/registered keys [in memory: lost on restart]; its folder is made
+#                  0700 and the files 0600 (deploy/state_guard.py); the SuperLink runs with umask 077
 #   TUNED=1        fork the ServerApp from a warm interpreter and poll for replies every POLL s [0.5]
 #                  (deploy/tuned.py; runs the SuperLink with --isolation process + our SuperExec)
 #   SUPEREXEC_SECRET_FILE  with TUNED=1: shared secret that the SuperLink demands from the SuperExec
@@ -20,17 +21,22 @@ set -euo pipefail
 here="$(cd "$(dirname "$0")" && pwd)"
 host="${SUPERLINK_HOST:-127.0.0.1}"
 port="${SUPERLINK_PORT:-9091}"
-case "$host" in
-  127.*|localhost|::1) ;;
-  *) if [ "${EXPOSE_ALL_APIS:-0}" != 1 ]; then
-       echo "superlink.sh: SUPERLINK_HOST=$host would publish the Control API (unauthenticated: anyone reaching it can" \
-            "register SuperNode keys and run code on every SuperNode) and the Runtime API, which share the Fleet API's" \
-            "port in flwr 1.42. Keep the SuperLink on 127.0.0.1 and publish the Fleet API with deploy/proxy.sh, or set" \
-            "EXPOSE_ALL_APIS=1 on a network where every peer is trusted." >&2
-       exit 2
-     fi
-     echo "superlink.sh: WARNING: EXPOSE_ALL_APIS=1: Fleet, Control and Runtime API reachable on $host:$port" >&2 ;;
-esac
+py="${PYTHON:-python}"
+if ! "$py" "$here/state_guard.py" host "$host"; then
+  if [ "${EXPOSE_ALL_APIS:-0}" != 1 ]; then
+    echo "superlink.sh: SUPERLINK_HOST=$host is not a loopback IP literal (127.0.0.0/8, ::1) and would publish the Control API (unauthenticated: anyone reaching it can" \
+         "register SuperNode keys and run code on every SuperNode) and the Runtime API, which share the Fleet API's" \
+         "port in flwr 1.42. Keep the SuperLink on 127.0.0.1 and publish the Fleet API with deploy/proxy.sh, or set" \
+         "EXPOSE_ALL_APIS=1 on a network where every peer is trusted." >&2
+    exit 2
+  fi
+  echo "superlink.sh: WARNING: EXPOSE_ALL_APIS=1: Fleet, Control and Runtime API reachable on $host:$port" >&2
+fi
+# the state (task tokens, app packages, run configs, registered keys) is private: files 0600, folder 0700
+umask 077
+if [ -n "${DATABASE:-}" ] && [ "$DATABASE" != ":memory:" ]; then
+  "$py" "$here/state_guard.py" state "$DATABASE" || exit 2
+fi
 args=(--host "$host" --port "$port" --disable-runtime-dependency-installation)
 if [ -n "${CERTS_DIR:-}" ]; then
   for f in ca.crt server.crt server.key; do

@@ -111,13 +111,85 @@ def test_pki_rejects_bad_operator_names(tmp_path: Path) -> None:
 
 # ============================================================================ start-script refusals
 def test_superlink_refuses_a_non_loopback_host_without_explicit_opt_in() -> None:
-    for host in ("0.0.0.0", "10.1.2.3", "superlink.example.org"):
+    for host in ("0.0.0.0", "10.1.2.3", "superlink.example.org", "127.evil.example", "localhost", "127.1",
+                 "127.0.0.1.nip.io", "::ffff:10.0.0.1"):
         r = script("superlink.sh", {"SUPERLINK_HOST": host})
         assert r.returncode == 2, r.stderr
-        assert f"SUPERLINK_HOST={host} would publish the Control API" in r.stderr
+        assert f"SUPERLINK_HOST={host} is not a loopback IP literal (127.0.0.0/8, ::1) and would publish the " \
+               "Control API" in r.stderr
         assert "deploy/proxy.sh" in r.stderr and "EXPOSE_ALL_APIS=1" in r.stderr
     text = (DEPLOY / "superlink.sh").read_text()
     assert 'host="${SUPERLINK_HOST:-127.0.0.1}"' in text  # loopback by default
+
+
+def test_the_host_guard_parses_addresses_and_accepts_only_loopback_ip_literals() -> None:
+    from deploy.state_guard import is_loopback_literal, main
+
+    accepted = ["127.0.0.1", "127.3.4.5", "127.255.255.254", "::1", "[::1]"]
+    refused = ["localhost", "127.evil.example", "127.0.0.1.evil", "127.1", "0.0.0.0", "::", "10.0.0.1",
+               "128.0.0.1", "::ffff:127.0.0.1x", "", " 127.0.0.1", "127.0.0.1/8"]
+    assert [h for h in accepted if is_loopback_literal(h)] == accepted
+    assert [h for h in refused if is_loopback_literal(h)] == []
+    assert main(["host", "127.0.0.1"]) == 0 and main(["host", "127.evil.example"]) == 2
+    assert main(["nonsense"]) == 2
+
+
+def test_state_guard_makes_the_database_folder_0700_and_its_files_0600(tmp_path: Path,
+                                                                       monkeypatch: pytest.MonkeyPatch) -> None:
+    from deploy import state_guard
+
+    fresh = tmp_path / "a" / "state" / "superlink.db"       # missing folder: created 0700 whatever the umask
+    old = os.umask(0o022)
+    try:
+        assert state_guard.secure_state(fresh) == [f"created {fresh.parent} 0700"]
+    finally:
+        os.umask(old)
+    assert stat.S_IMODE(fresh.parent.stat().st_mode) == 0o700
+    loose = tmp_path / "loose"                               # an existing open folder and loose files
+    loose.mkdir(mode=0o755)
+    loose.chmod(0o755)
+    for suffix in ("", "-wal", "-shm"):
+        (loose / f"superlink.db{suffix}").write_bytes(b"x")
+        (loose / f"superlink.db{suffix}").chmod(0o644)
+    changed = state_guard.secure_state(loose / "superlink.db")
+    assert len(changed) == 4 and stat.S_IMODE(loose.stat().st_mode) == 0o700
+    assert {stat.S_IMODE((loose / f"superlink.db{x}").stat().st_mode) for x in ("", "-wal", "-shm")} == {0o600}
+    assert state_guard.secure_state(loose / "superlink.db") == []   # idempotent
+    # a folder others can read that belongs to another user is refused (not silently left open)
+    shared = tmp_path / "shared"
+    shared.mkdir()
+    shared.chmod(0o775)
+    monkeypatch.setattr(state_guard.os, "geteuid", lambda: shared.stat().st_uid + 1)
+    with pytest.raises(PermissionError, match=r"shared \(the DATABASE folder\) is accessible to group/others"):
+        state_guard.secure_state(shared / "superlink.db")
+    assert stat.S_IMODE(shared.stat().st_mode) == 0o775
+
+
+@pytest.mark.slow
+def test_a_live_superlink_keeps_its_database_0600_in_a_0700_folder(tmp_path: Path) -> None:
+    """superlink.sh with DATABASE in a folder that does not exist yet, under a permissive umask: the folder is
+    0700 and the SQLite file Flower creates is 0600 (umask 077 in the script)."""
+    port = free_ports(1)[0]
+    db = tmp_path / "state" / "superlink.db"
+    env = {"PATH": f"{BIN}{os.pathsep}{os.environ['PATH']}", "HOME": str(tmp_path), "FLWR_HOME": str(tmp_path / "home"),
+           "SUPERLINK_PORT": str(port), "DATABASE": str(db), "FLWR_TELEMETRY_ENABLED": "0"}
+    log = (tmp_path / "superlink.log").open("wb")
+    proc = subprocess.Popen(["bash", "-c", 'umask 000; exec bash "$0"', str(DEPLOY / "superlink.sh")], env=env,
+                            stdout=log, stderr=subprocess.STDOUT, start_new_session=True)
+    try:
+        deadline = time.time() + 90
+        while not db.exists() and time.time() < deadline and proc.poll() is None:
+            time.sleep(0.3)
+        from deploy.localfed import wait_port
+        wait_port(port, 90, proc, "the SuperLink")
+        assert db.exists(), (tmp_path / "superlink.log").read_text()
+        assert stat.S_IMODE(db.parent.stat().st_mode) == 0o700
+        files = sorted(p.name for p in db.parent.iterdir())
+        assert files and all(stat.S_IMODE((db.parent / f).stat().st_mode) == 0o600 for f in files), files
+    finally:
+        os.killpg(proc.pid, 15)
+        proc.wait(timeout=30)
+        log.close()
 
 
 def test_tuned_with_tls_and_no_superexec_secret_refuses_to_start(tmp_path: Path) -> None:
@@ -165,6 +237,85 @@ def test_operator_tunnel_binds_only_loopback(tmp_path: Path) -> None:
     r = subprocess.run([sys.executable, str(DEPLOY / "operator_tunnel.py"), "--listen", "127.0.0.1:0", *args[:-2],
                         "--key", str(certs / "missing.key")], capture_output=True, text=True, timeout=30)
     assert r.returncode == 2 and "missing.key does not exist" in r.stderr
+
+
+def test_operator_tunnel_serves_only_its_own_user(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    """The socket owner comes from /proc/net/tcp: our own connection is ours; a tunnel that serves another uid
+    closes it at once without dialling the proxy (the path another local user's connection takes)."""
+    import asyncio
+    import socket
+
+    from deploy.operator_tunnel import client_context, serve, socket_owner
+
+    with socket.socket() as srv:
+        srv.bind(("127.0.0.1", 0))
+        srv.listen()
+        with socket.create_connection(srv.getsockname()) as cli:
+            assert socket_owner(cli.getsockname(), srv.getsockname()) == os.getuid()
+            assert socket_owner(cli.getsockname(), ("127.0.0.1", 1)) is None
+    certs = tmp_path / "certs"
+    pki(certs, 0)
+    ctx = client_context(certs / "ca.crt", certs / "operators/operator.crt", certs / "operators/operator.key")
+
+    async def one_connection(only_uid: int) -> bytes:
+        ready: asyncio.Future = asyncio.get_running_loop().create_future()
+        task = asyncio.create_task(serve(("127.0.0.1", 0), ("127.0.0.1", 1), ctx, "localhost", ready, only_uid))
+        port = await ready
+        reader, writer = await asyncio.open_connection("127.0.0.1", port)
+        writer.write(b"POST /v1/control/list-runs HTTP/1.1\r\n\r\n")
+        try:
+            data = await asyncio.wait_for(reader.read(), 10)
+        except ConnectionResetError:   # closed with our request unread: same outcome, nothing came back
+            data = b""
+        writer.close()
+        task.cancel()
+        return data
+
+    assert asyncio.run(one_connection(os.getuid() + 1)) == b""
+    err = capsys.readouterr().err
+    assert f"owned by uid {os.getuid()} (only uid {os.getuid() + 1} may use this operator's certificate)" in err
+    assert "cannot reach" not in err                      # refused before dialling the proxy
+    assert asyncio.run(one_connection(os.getuid())) == b""  # accepted: it dials the (absent) proxy
+    assert "cannot reach 127.0.0.1:1" in capsys.readouterr().err
+
+
+def test_the_documented_replay_window_is_the_installed_flowers() -> None:
+    from flwr.common.constant import SYSTEM_TIME_TOLERANCE, TIMESTAMP_TOLERANCE
+
+    text = (ROOT / "docs" / "DEPLOYMENT.md").read_text()
+    assert f"`TIMESTAMP_TOLERANCE` {TIMESTAMP_TOLERANCE} s + `SYSTEM_TIME_TOLERANCE` {SYSTEM_TIME_TOLERANCE} s" in text
+    assert f"for up to {TIMESTAMP_TOLERANCE + SYSTEM_TIME_TOLERANCE} s after it was signed" in text
+    import inspect
+
+    from flwr.superlink.routers.fleet import node_auth
+    src = inspect.getsource(node_auth.authenticate_node)   # the window and what is signed, as documented
+    assert "TIMESTAMP_TOLERANCE + SYSTEM_TIME_TOLERANCE" in src and "timestamp.encode(\"ascii\")" in src
+
+
+def test_no_container_gets_a_ca_key_or_an_operator_key() -> None:
+    """compose: every certificate mount is read-only and each service gets only the private key it uses; the
+    instructions hand uid 10001 only those keys (never `chown -R` of the certs folder); Kubernetes: no CA or
+    operator key in any secret, the SuperLink's database in a subfolder it makes 0700."""
+    doc = yaml.safe_load((DEPLOY / "docker" / "compose.yaml").read_text())
+    private = {}
+    for name, svc in doc["services"].items():
+        mounts = [v for v in svc.get("volumes", []) if v.startswith("./certs/")]
+        assert all(v.endswith(":ro") for v in mounts), name
+        assert not any(k in v for v in mounts for k in ("ca.key", "operators/", "operator.key")), name
+        private[name] = sorted(v.split(":")[0] for v in mounts if not v.split(":")[0].endswith((".crt", ".pub")))
+    assert private == {"superlink": ["./certs/server.key"], "proxy": ["./certs/server.key"],
+                       **{f"supernode-{i}": [f"./certs/keys/supernode-{i}"] for i in range(3)}}
+    for text in ((DEPLOY / "docker" / "compose.yaml").read_text(), (ROOT / "docs" / "DEPLOYMENT.md").read_text()):
+        assert "chown -R" not in text
+        assert ("find deploy/docker/certs/server.key deploy/docker/certs/keys -type f ! -name '*.pub' "
+                "-exec chown 10001 {} +") in text
+    kust = yaml.safe_load((K8S / "kustomization.yaml").read_text())
+    files = [f.split("=", 1)[1] for s in kust["secretGenerator"] for f in s["files"]]
+    assert not any(f.endswith(("ca.key", "operator-ca.key")) or "operators/" in f for f in files)
+    link = next(c for d in _k8s_docs() if d["kind"] == "Deployment"
+                for c in d["spec"]["template"]["spec"]["containers"] if c["name"] == "superlink")
+    db = next(e["value"] for e in link["env"] if e["name"] == "DATABASE")
+    assert db == "/state/superlink/superlink.db"   # /state (the PVC, fsGroup) is not the SuperLink's to chmod
 
 
 # ============================================================================ proxy configuration
