@@ -463,5 +463,5 @@ def add_lra_neck(model: nn.Module, cfg: RunConfig) -> None:
         if cfg.head != "linear":
             raise ValueError(f"method '{cfg.method}' with hypersphere = true fixes its own orthogonal classifier; "
                              f"run-config key 'head' must be 'linear' (the default), got '{cfg.head}'")
-        make_hyperspherical(model, cfg.seed)
+        make_hyperspherical(model, cfg.seed, rane.hypersphere_scale)
     model.neck = LRANeck(int(model.feature_dim), rane, support_size(cfg))

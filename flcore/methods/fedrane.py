@@ -74,6 +74,9 @@ class FedRANEConfig(Section):
     hypersphere: bool = param(False, "unit-norm features and a fixed seeded orthogonal classifier without bias "
                                      "(SphereFed's base; authors' code: clientFedRANE.py feature_extract, "
                                      "serverFedRANE.py FedRANE.__init__); false: the paper's trainable predictor")
+    hypersphere_scale: float = param(1.0, "with hypersphere: logits = s W^T h (1: the authors' code, whose "
+                                          "cross-entropy then sees logits in [-1, 1]; docs/FEDRANE.md section 5)",
+                                     gt=0)
     lra_gnn: str = param("dot", "message passing: dot (Eq. 5-6: dot-product attention, W, W_r, W_s) or gat (authors' "
                                 "code: graph_models.py GAT with GraphAttentionLayer, 2 additive-attention heads "
                                 "averaged, LeakyReLU 0.1, ELU output)", choices=GNNS)
