@@ -53,6 +53,9 @@ class CommonConfig(Section):
                                    "refused); `noniid-fl run --overwrite`")
     resume_from: str = param("", "continue the run whose out-dir holds this checkpoint ('' = start fresh)")
     checkpoint: bool = param(True, "write checkpoint.pt after every round")
+    tensorboard: bool = param(False, "also write every per-round scalar of results.json as TensorBoard event "
+                                     "files under <out-dir>/tensorboard (needs the extra: pip install "
+                                     "'noniid-fl[tensorboard]')")
     client_state_dir: str = param("", "persist client state (SCAFFOLD c_i, MOON previous model) under this "
                                       "directory ('' = in the node's memory only)")
     device: str = param("auto", "torch device; auto = CUDA when available", choices=DEVICES)

@@ -27,6 +27,7 @@ from data_partitioning.datasets import (TORCHVISION_FILES, dataset_shape, missin
 from flcore.config import MODELS, ConfigError, RunConfig
 from flcore.registry import methods
 from server_app.outputs import is_nonempty_dir, resolve_out_dir, resume_dir
+from server_app.tensorboard_log import check_available as check_tensorboard
 
 # Smallest image side each backbone of models/networks.py is built for; None = any input (it flattens).
 # convnet: two 2x2 max-pools; resnet18: three stride-2 stages; vgg11: five 2x2 max-pools (networks.vgg11
@@ -52,6 +53,7 @@ def check(values: Mapping[str, Any], num_nodes: int | None = None, clients_here:
     check_dataset_files(cfg)
     check_resume(cfg)
     check_out_dir(cfg)
+    check_tensorboard(cfg.tensorboard)  # the optional extra, when tensorboard = true (issue 33)
     if num_nodes is not None:
         check_federation(cfg, num_nodes)
     return cfg

@@ -27,6 +27,7 @@ from typing import Any
 import numpy as np
 
 from flcore.stack import stack_info
+from server_app.tensorboard_log import tensorboard_log
 
 SCALAR_COLUMNS = ("round", "global_accuracy", "global_loss", "val_accuracy", "val_loss", "local_accuracy", "local_accuracy_best",
                   "local_accuracy_worst", "local_accuracy_std", "client_accuracy_mean", "client_accuracy_worst",
@@ -131,9 +132,12 @@ class ResultsWriter:
         self._last_write = float("-inf")
         self.stack = stack_info()  # the stack this run's numbers come from (issue 30)
         out_dir.mkdir(parents=True, exist_ok=True)
+        self.tensorboard = tensorboard_log(out_dir, run_config)  # run-config key tensorboard (issue 33)
 
     def add_round(self, row: dict[str, Any]) -> None:
         self.rounds.append(_jsonable(row))
+        if self.tensorboard is not None:
+            self.tensorboard.add_round(self.rounds[-1])
         if time.monotonic() - self._last_write >= self.write_interval:
             self.write()  # keep results.json current: a killed run leaves its rounds but the last second's
 
