@@ -58,6 +58,10 @@ PER_JOB: dict[str, dict[str, Any]] = {
     "scaffold-etf-head": {"method": "scaffold", "head": "etf"},
     "scaffold-option-i": {"method": "scaffold", "scaffold.option": "I"},
     "fednova": {"max-local-steps": 0},  # unequal local step counts, else FedNova is FedAvg
+    # our own partitioners, kept where flwr-datasets has no equivalent (data_partitioning/flower.py): their
+    # digests do not move when iid / dirichlet / shards go through flwr-datasets (issue 33)
+    "fedavg-classes": {"method": "fedavg", "partition": "classes", "classes-per-client": 2, "samples-per-class": 20},
+    "fedavg-power-law": {"method": "fedavg", "partition": "power-law"},
 }
 # per-round metrics that enter the digest next to the final parameters (P-FL and fairness included, so a
 # change in evaluation or personalisation, e.g. FedBC-FineTune's fine-tuning, is caught too)
