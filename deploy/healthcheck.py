@@ -6,7 +6,10 @@
 
 Used by the images' HEALTHCHECK and the Kubernetes exec probes: both Flower processes listen on loopback
 only (deploy/superlink.sh, deploy/supernode.sh), which an exec probe reaches and an httpGet probe does
-not. A SuperNode's /health says its Runtime API is up, not that it is connected to the SuperLink.
+not. A SuperNode's /health says only that its Runtime API is up, so for a SuperNode the check also reads the
+poll stamp that deploy/node_guard.py writes: unhealthy when the polling loop stopped, or when no poll
+completed for ``POLL_STALE`` seconds (default 120: nodes poll every 3 s or faster and back off at most
+20 s between retries) while no message is being processed. A node whose stamp is missing is unhealthy too.
 """
 
 from __future__ import annotations
@@ -16,7 +19,26 @@ import http.client
 import os
 import ssl
 import sys
+import time
 from pathlib import Path
+
+
+def poll_state(stale_s: float, now: float | None = None) -> tuple[bool, str]:
+    """(polling, detail) from the SuperNode's poll stamp (deploy/node_guard.py)."""
+    sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
+    from deploy.node_guard import read_stamp, stamp_path
+
+    path = stamp_path()
+    try:
+        state, when, detail = read_stamp(path)
+    except (OSError, ValueError) as exc:
+        return False, f"no poll stamp at {path} ({exc})"
+    age = (time.time() if now is None else now) - when
+    if state == "stopped":
+        return False, f"polling stopped {age:.0f} s ago: {detail}"
+    if state == "idle" and age > stale_s:
+        return False, f"no poll of the SuperLink for {age:.0f} s (> POLL_STALE={stale_s:.0f})"
+    return True, f"{state} {age:.0f} s ago"
 
 
 def probe(kind: str, timeout: float = 5.0) -> tuple[bool, str]:
@@ -32,6 +54,9 @@ def probe(kind: str, timeout: float = 5.0) -> tuple[bool, str]:
             conn = http.client.HTTPConnection("127.0.0.1", port, timeout=timeout)
     elif kind == "supernode":
         port = int(os.environ.get("RUNTIME_PORT", "9094"))
+        polling, why = poll_state(float(os.environ.get("POLL_STALE", "120")))
+        if not polling:
+            return False, f"{kind} on port {port}: {why}"
         conn = http.client.HTTPConnection("127.0.0.1", port, timeout=timeout)
     else:
         raise ValueError(f"kind must be superlink or supernode, got {kind!r}")

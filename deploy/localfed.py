@@ -159,6 +159,7 @@ class LocalFederation:
     database: bool = True                     # SuperLink state in <workdir>/state/superlink.db (SQLite, as DATABASE
                                               # in production); False: Flower's in-memory state (the
                                               # SuperLink's default; measured ~half its CPU per request)
+    proxy_settings: Mapping[str, str] | None = None  # extra deploy/proxy.sh settings (body limits, budgets)
     python: str = sys.executable
     startup_timeout: float = 90.0
     superlink: Proc | None = field(default=None, init=False)
@@ -196,7 +197,10 @@ class LocalFederation:
                    TUNED="1" if self.tuned else "0", POLL=str(self.poll))
         for key in ("CERTS_DIR", "NODE_AUTH", "CA_CERT", "AUTH_KEY", "DATABASE", "LOG_FILE", "SUPEREXEC_SECRET_FILE",
                     "SUPERLINK_HOST", "EXPOSE_ALL_APIS", "PROXY_HOST", "FLEET_PORT", "CONTROL_PORT", "HEALTH_PORT",
-                    "SUPERLINK_UPSTREAM", "PROXY_RUN_DIR"):
+                    "SUPERLINK_UPSTREAM", "PROXY_RUN_DIR", "MAX_BODY", "FLEET_OBJECT_MAX_BODY", "FLEET_MAX_BODY",
+                    "CONTROL_MAX_BODY", "FLEET_CONNECTIONS", "FLEET_UPSTREAM_CONNS", "CONTROL_UPSTREAM_CONNS",
+                    "FLEET_CONN_PER_IP", "FLEET_REQ_RATE", "FLEET_REQ_BURST", "CLIENT_HEADER_TIMEOUT",
+                    "CLIENT_BODY_TIMEOUT"):
             env.pop(key, None)
         return env
 
@@ -263,6 +267,9 @@ class LocalFederation:
         env.update(CERTS_DIR=str(self.certs), PROXY_HOST="127.0.0.1", FLEET_PORT=str(self.fleet_port),
                    CONTROL_PORT=str(self.control_port), HEALTH_PORT=str(self.health_port),
                    SUPERLINK_UPSTREAM=f"127.0.0.1:{self.port}", PROXY_RUN_DIR=str(self.workdir / "proxy"))
+        env.update(self.proxy_settings or {})
+        if self.proxy_proc is not None and self.proxy_proc.alive():
+            raise FederationError("the proxy is already running")
         self.proxy_proc = self._spawn("proxy", "proxy.sh", env)
         for port in (self.fleet_port, self.control_port, self.health_port):
             wait_port(port, self.startup_timeout, self.proxy_proc.popen, "the proxy (deploy/proxy.sh)")

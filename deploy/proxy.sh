@@ -1,6 +1,10 @@
 #!/usr/bin/env bash
 # Start the reverse proxy (nginx) that publishes a loopback SuperLink's Fleet API, and its Control API
-# to operators holding a client certificate of the operator CA. Template: deploy/proxy/nginx.conf.template.
+# to operators holding a client certificate of the operator CA. Three nginx instances, one per listener
+# (templates deploy/proxy/{fleet,control,health}.conf.template), each with its own connections and its
+# own budget of connections to the SuperLink, so a flood of the public Fleet port cannot starve Control
+# or the health probe. This script supervises them: when one exits, it stops the others and exits too
+# (the container / pod restarts the proxy).
 # Configured by environment variables (defaults in brackets):
 #   CERTS_DIR      directory with server.crt, server.key, ca.crt, operator-ca.crt (deploy/pki.sh) [required]
 #   PROXY_HOST     address the public listeners bind to [0.0.0.0]
@@ -8,10 +12,18 @@
 #   CONTROL_PORT   Control API for operators, mTLS [9443]
 #   HEALTH_PORT    GET /healthz on 127.0.0.1 only (the SuperLink's /health) [9080]
 #   SUPERLINK_UPSTREAM  the SuperLink (TLS, on loopback: deploy/superlink.sh) [127.0.0.1:9091]
-#   MAX_BODY       largest request body, nginx syntax [1g]
-#   PROXY_RUN_DIR  where the rendered config, pid and temp files go [a new directory under TMPDIR]
+#   FLEET_OBJECT_MAX_BODY  largest push-object body [5137k: a full 5 MiB array chunk, any model]
+#   FLEET_MAX_BODY         largest body of every other Fleet route [64k]
+#   CONTROL_MAX_BODY       largest Control body (start-run carries the app, <= 10 MiB) [11264k]
+#                  `python -m deploy.body_limits -c "<run config>"` prints all three for a model
+#   FLEET_CONNECTIONS      connections of the Fleet instance [4096]
+#   FLEET_UPSTREAM_CONNS   Fleet requests in flight to the SuperLink [24]; CONTROL_UPSTREAM_CONNS [8]
+#                  (with health's 2 below the SuperLink's 40 request threads, so Control keeps some)
+#   FLEET_CONN_PER_IP [64]  FLEET_REQ_RATE [20] r/s  FLEET_REQ_BURST [400]   per client address
+#   CLIENT_HEADER_TIMEOUT  TLS handshake + request header [5s]; CLIENT_BODY_TIMEOUT between body reads [10s]
+#   PROXY_RUN_DIR  where the rendered configs, pids and temp files go [a new directory under TMPDIR]
 #   NGINX          the nginx binary [nginx]
-# PROXY_CHECK=1 only renders the configuration and tests it (nginx -t).
+# PROXY_CHECK=1 only renders the configurations and tests them (nginx -t).
 set -euo pipefail
 here="$(cd "$(dirname "$0")" && pwd)"
 nginx_bin="${NGINX:-nginx}"
@@ -26,27 +38,72 @@ done
 certs="$(cd "$CERTS_DIR" && pwd)"
 host="${PROXY_HOST:-0.0.0.0}"
 case "$host" in *:*) host="[$host]" ;; esac
-for var in FLEET_PORT CONTROL_PORT HEALTH_PORT; do
-  val="${!var:-}"
-  case "$val" in ''|*[!0-9]*) [ -z "$val" ] || { echo "proxy.sh: $var must be a port number, got '$val'" >&2; exit 2; } ;; esac
-done
+number() {  # VAR DEFAULT: a positive integer
+  local val="${!1:-$2}"
+  case "$val" in ''|*[!0-9]*|0) echo "proxy.sh: $1 must be a positive integer, got '$val'" >&2; exit 2 ;; esac
+  printf '%s' "$val"
+}
+size() {  # VAR DEFAULT: an nginx size (digits + optional k/m/g)
+  local val="${!1:-$2}"
+  [[ "$val" =~ ^[1-9][0-9]*[kKmMgG]?$ ]] || { echo "proxy.sh: bad $1 '$val' (e.g. 512k, 5m)" >&2; exit 2; }
+  printf '%s' "$val"
+}
+seconds() {
+  local val="${!1:-$2}"
+  [[ "$val" =~ ^[1-9][0-9]*s$ ]] || { echo "proxy.sh: bad $1 '$val' (e.g. 5s)" >&2; exit 2; }
+  printf '%s' "$val"
+}
+fleet_port="$(number FLEET_PORT 9093)"; control_port="$(number CONTROL_PORT 9443)"
+health_port="$(number HEALTH_PORT 9080)"
 upstream="${SUPERLINK_UPSTREAM:-127.0.0.1:9091}"
 case "$upstream" in *[!A-Za-z0-9.:_\[\]-]*|'') echo "proxy.sh: bad SUPERLINK_UPSTREAM '$upstream' (host:port)" >&2; exit 2 ;; esac
-max_body="${MAX_BODY:-1g}"
-case "$max_body" in *[!0-9kKmMgG]*|'') echo "proxy.sh: bad MAX_BODY '$max_body' (e.g. 512m)" >&2; exit 2 ;; esac
+[ -z "${MAX_BODY:-}" ] || { echo "proxy.sh: MAX_BODY is gone: set FLEET_OBJECT_MAX_BODY, FLEET_MAX_BODY and" \
+  "CONTROL_MAX_BODY (python -m deploy.body_limits prints them for a model)" >&2; exit 2; }
+fleet_conns="$(number FLEET_CONNECTIONS 4096)"
+object_body="$(size FLEET_OBJECT_MAX_BODY 5137k)"; fleet_body="$(size FLEET_MAX_BODY 64k)"
+control_body="$(size CONTROL_MAX_BODY 11264k)"
+fleet_upstream="$(number FLEET_UPSTREAM_CONNS 24)"; control_upstream="$(number CONTROL_UPSTREAM_CONNS 8)"
+per_ip="$(number FLEET_CONN_PER_IP 64)"; rate="$(number FLEET_REQ_RATE 20)"; burst="$(number FLEET_REQ_BURST 400)"
+header_timeout="$(seconds CLIENT_HEADER_TIMEOUT 5s)"; body_timeout="$(seconds CLIENT_BODY_TIMEOUT 10s)"
+subst=(
+  -e "s|@CERTS_DIR@|$certs|g" -e "s|@UPSTREAM@|$upstream|g" -e "s|@HEALTH_PORT@|$health_port|g"
+  -e "s|@FLEET_LISTEN@|$host:$fleet_port|g" -e "s|@CONTROL_LISTEN@|$host:$control_port|g"
+  -e "s|@FLEET_OBJECT_MAX_BODY@|$object_body|g" -e "s|@FLEET_MAX_BODY@|$fleet_body|g"
+  -e "s|@CONTROL_MAX_BODY@|$control_body|g"
+  -e "s|@FLEET_CONNECTIONS@|$fleet_conns|g" -e "s|@FLEET_NOFILE@|$((2 * fleet_conns + 64))|g"
+  -e "s|@FLEET_UPSTREAM_CONNS@|$fleet_upstream|g" -e "s|@CONTROL_UPSTREAM_CONNS@|$control_upstream|g"
+  -e "s|@FLEET_CONN_PER_IP@|$per_ip|g" -e "s|@FLEET_REQ_RATE@|$rate|g" -e "s|@FLEET_REQ_BURST@|$burst|g"
+  -e "s|@CLIENT_HEADER_TIMEOUT@|$header_timeout|g" -e "s|@CLIENT_BODY_TIMEOUT@|$body_timeout|g"
+)
 run_dir="${PROXY_RUN_DIR:-$(mktemp -d "${TMPDIR:-/tmp}/flower-proxy.XXXXXX")}"
 mkdir -p "$run_dir"
 run_dir="$(cd "$run_dir" && pwd)"
-conf="$run_dir/nginx.conf"
-sed -e "s|@RUN_DIR@|$run_dir|g" -e "s|@CERTS_DIR@|$certs|g" -e "s|@UPSTREAM@|$upstream|g" \
-    -e "s|@MAX_BODY@|$max_body|g" -e "s|@HEALTH_PORT@|${HEALTH_PORT:-9080}|g" \
-    -e "s|@FLEET_LISTEN@|$host:${FLEET_PORT:-9093}|g" -e "s|@CONTROL_LISTEN@|$host:${CONTROL_PORT:-9443}|g" \
-    "$here/proxy/nginx.conf.template" > "$conf"
-if grep -q '@[A-Z_]*@' "$conf"; then
-  echo "proxy.sh: unrendered placeholder in $conf" >&2; exit 2
-fi
+instances=(fleet control health)
+for name in "${instances[@]}"; do
+  conf="$run_dir/$name.conf"
+  sed "${subst[@]}" -e "s|@RUN_DIR@|$run_dir|g" "$here/proxy/$name.conf.template" > "$conf"
+  if grep -q '@[A-Z_]*@' "$conf"; then
+    echo "proxy.sh: unrendered placeholder in $conf" >&2; exit 2
+  fi
+done
 if [ "${PROXY_CHECK:-0}" = 1 ]; then
-  exec "$nginx_bin" -e stderr -p "$run_dir" -c "$conf" -t
+  for name in "${instances[@]}"; do
+    "$nginx_bin" -e stderr -p "$run_dir" -c "$run_dir/$name.conf" -t
+  done
+  exit 0
 fi
-echo "proxy.sh: Fleet API on $host:${FLEET_PORT:-9093}, Control API (operator certificate) on $host:${CONTROL_PORT:-9443} -> $upstream; config $conf" >&2
-exec "$nginx_bin" -e stderr -p "$run_dir" -c "$conf" -g "daemon off;"
+echo "proxy.sh: Fleet API on $host:$fleet_port, Control API (operator certificate) on $host:$control_port," \
+     "health on 127.0.0.1:$health_port -> $upstream; configs in $run_dir" >&2
+pids=()
+stop_all() { kill -TERM "${pids[@]}" 2>/dev/null || true; }
+trap 'stop_all; wait; exit 143' TERM INT
+for name in "${instances[@]}"; do
+  "$nginx_bin" -e stderr -p "$run_dir" -c "$run_dir/$name.conf" -g "daemon off;" &
+  pids+=($!)
+done
+status=0
+wait -n "${pids[@]}" || status=$?
+echo "proxy.sh: an nginx instance exited (status $status); stopping the others" >&2
+stop_all
+wait || true
+exit $(( status == 0 ? 1 : status ))

@@ -14,6 +14,8 @@
 #                  (required with TUNED=1 and TLS: without it any local process reaching the Runtime API
 #                  port could acquire this node's ClientApp tasks)
 #   MAX_WAIT       give up connecting to the SuperLink after this many seconds [retry forever]
+#   POLL_STAMP     file the node stamps at every poll, read by deploy/healthcheck.py supernode
+#                  [$TMPDIR/flower-supernode-$RUNTIME_PORT.poll]; POLL_STALE (health check) [120]
 # The ClientApp runs in this environment: runtime dependency installation stays off (flwr default).
 set -euo pipefail
 here="$(cd "$(dirname "$0")" && pwd)"
@@ -53,4 +55,6 @@ if [ "${TUNED:-0}" = 1 ]; then
   "${PYTHON:-python}" "$here/tuned.py" --poll "${POLL:-0.5}" superexec "${exec_args[@]}" &
   exec "${PYTHON:-python}" "$here/tuned.py" --poll "${POLL:-0.5}" supernode "${args[@]}" --isolation process "$@"
 fi
-exec flower-supernode "${args[@]}" "$@"
+# deploy/node_guard.py: flower-supernode that retries transient TLS/connection errors instead of giving up
+# and stamps every poll for deploy/healthcheck.py (TUNED mode installs the same guards in tuned.py)
+exec "${PYTHON:-python}" "$here/node_guard.py" "${args[@]}" "$@"

@@ -41,6 +41,7 @@ import sys
 import time as _time
 import traceback
 from importlib.metadata import entry_points
+from pathlib import Path
 from typing import Any, Callable
 
 log = logging.getLogger("flwr_tuned")
@@ -276,6 +277,10 @@ def main(argv: list[str] | None = None) -> None:
         cap_pull_backoff(ns.poll, 2 * ns.poll)
         log.info("SuperNode message poll every %.2fs%s", ns.poll if patched else 3.0,
                  "" if patched else " (stock)")
+        sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
+        from deploy.node_guard import install, stamp_path   # retry TLS/connection errors, poll stamp
+
+        install(stamp_path())
         sys.argv = ["flower-supernode", *rest]
         console_entry("flower-supernode")()
         return

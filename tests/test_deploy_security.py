@@ -326,24 +326,50 @@ def test_rendered_proxy_config_passes_nginx_and_routes_only_fleet_and_control(tm
     run_dir = tmp_path / "proxy"
     r = script("proxy.sh", {"CERTS_DIR": str(certs), "PROXY_CHECK": "1", "PROXY_RUN_DIR": str(run_dir),
                             "PROXY_HOST": "127.0.0.1", "FLEET_PORT": "19093", "CONTROL_PORT": "19443",
-                            "SUPERLINK_UPSTREAM": "127.0.0.1:19091"})
+                            "SUPERLINK_UPSTREAM": "127.0.0.1:19091", "FLEET_OBJECT_MAX_BODY": "173k"})
     assert r.returncode == 0, r.stderr
-    assert "test is successful" in r.stderr
-    conf = (run_dir / "nginx.conf").read_text()
+    assert r.stderr.count("test is successful") == 3   # three instances: fleet, control, health
+    confs = {name: (run_dir / f"{name}.conf").read_text() for name in ("fleet", "control", "health")}
+    conf = "\n".join(confs.values())
     blocks = [re.match(r"((?:= )?\S+) \{", b).group(1) + "|" + "".join(re.findall(r"proxy_pass (\S+);", b))
               for b in re.split(r"\n\s*location ", re.sub(r"#.*", "", conf))[1:]]
     proxied = [tuple(b.split("|")) for b in blocks if b.split("|")[1]]
-    assert proxied == [("/v1/fleet/", "https://superlink"), ("/v1/control/", "https://superlink"),
-                       ("= /healthz", "https://superlink/health")]
-    assert len(blocks) == 6  # the other three answer 404
+    assert proxied == [("= /v1/fleet/push-object", "https://superlink_fleet"), ("/v1/fleet/", "https://superlink_fleet"),
+                       ("/v1/control/", "https://superlink_control"), ("= /healthz", "https://superlink_health/health")]
+    assert len(blocks) == 7  # the other three answer 404
     assert "runtime" not in re.sub(r"#.*", "", conf)  # no route to the Runtime API at all
-    assert "listen 127.0.0.1:19093 ssl;" in conf and "listen 127.0.0.1:19443 ssl;" in conf
-    control = conf[conf.index("listen 127.0.0.1:19443"):]
+    assert "listen 127.0.0.1:19093 ssl;" in confs["fleet"] and "listen 127.0.0.1:19443 ssl;" in confs["control"]
+    assert "listen 127.0.0.1:9080;" in confs["health"]
+    control = confs["control"][confs["control"].index("listen 127.0.0.1:19443"):]
     assert "ssl_verify_client on;" in control.split("server {")[0]
     assert f"ssl_client_certificate {certs.resolve()}/operator-ca.crt;" in control
-    assert "server 127.0.0.1:19091;" in conf
+    # each instance has its own upstream budget to the SuperLink, 24 + 8 + 2 below its 40 request threads
+    budgets = {n: int(re.search(r"server 127\.0\.0\.1:19091 max_conns=(\d+);", c).group(1)) for n, c in confs.items()}
+    assert budgets == {"fleet": 24, "control": 8, "health": 2}
+    # body limits per route: push-object as configured, other Fleet routes 64k, Control 11264k
+    push = confs["fleet"][confs["fleet"].index("location = /v1/fleet/push-object"):]
+    assert "client_max_body_size 173k;" in push.split("}")[1]
+    assert re.findall(r"^    client_max_body_size (\S+);", confs["fleet"], re.M) == ["64k"]
+    assert "client_max_body_size 11264k;" in confs["control"]
+    for name in ("fleet", "control"):
+        assert "client_header_timeout 5s;" in confs[name] and "reset_timedout_connection on;" in confs[name]
+    assert "worker_connections 4096;" in confs["fleet"] and "limit_conn fleet_conn 64;" in confs["fleet"]
+    assert "limit_req_status 503;" in confs["fleet"] and "limit_conn_status 503;" in confs["fleet"]
     bad = script("proxy.sh", {"CERTS_DIR": str(certs), "PROXY_CHECK": "1", "FLEET_PORT": "http"})
-    assert bad.returncode == 2 and "FLEET_PORT must be a port number" in bad.stderr
+    assert bad.returncode == 2 and "FLEET_PORT must be a positive integer" in bad.stderr
+    bad = script("proxy.sh", {"CERTS_DIR": str(certs), "PROXY_CHECK": "1", "FLEET_OBJECT_MAX_BODY": "1g;evil"})
+    assert bad.returncode == 2 and "bad FLEET_OBJECT_MAX_BODY" in bad.stderr
+    bad = script("proxy.sh", {"CERTS_DIR": str(certs), "PROXY_CHECK": "1", "MAX_BODY": "1g"})
+    assert bad.returncode == 2 and "MAX_BODY is gone" in bad.stderr
+
+
+def test_the_proxy_defaults_are_the_model_independent_body_limits() -> None:
+    """proxy.sh's (static: the proxy image has no Python) defaults are what deploy/body_limits.py derives."""
+    from deploy.body_limits import limits_for
+
+    text = (DEPLOY / "proxy.sh").read_text()
+    for key, value in limits_for(None).nginx().items():
+        assert f'"$(size {key} {value})"' in text, (key, value)
 
 
 # ============================================================================ images

@@ -1,0 +1,138 @@
+#!/usr/bin/env python
+"""A SuperNode that comes back: ``flower-supernode`` with two guards (deploy/supernode.sh runs every node so).
+
+    python deploy/node_guard.py <flower-supernode args>
+
+1. **Transient TLS/connection errors are retried, never given up.** flwr 1.42's Fleet HTTP client retries
+   connection errors with exponential back-off (capped at ``MAX_RETRY_DELAY``, 20 s), but gives up on any
+   error whose text contains "ssl", "tls" or "certificate" (``flwr.supercore.retry.http_retry``): a
+   handshake cut short by an overloaded or restarting proxy ends the node's polling for good while the
+   process stays up. Here every ``httpx.TransportError`` is retried with that same back-off (logged once
+   per outage); other errors keep flwr's decision (401 still stops the node, 502/503/504 are retried).
+2. **A poll stamp for the health check.** Each completed poll of the SuperLink writes ``idle <time>`` to the
+   stamp file, a received message ``busy <time>`` (the ClientApp runs), and the polling loop ending for any
+   reason ``stopped <time> <error>``. ``deploy/healthcheck.py supernode`` reports a node unhealthy when its
+   stamp says stopped or is older than ``POLL_STALE`` s while idle, so Kubernetes' liveness probe restarts
+   it and compose shows it unhealthy. Stamp file: ``POLL_STAMP`` or ``$TMPDIR/flower-supernode-<RUNTIME_PORT>.poll``.
+
+Both patch named functions of the installed flwr after checking they exist; on a flwr without them the
+node refuses to start (exit 2) rather than run unguarded.
+"""
+
+from __future__ import annotations
+
+import logging
+import os
+import sys
+import time
+from pathlib import Path
+from typing import Any, Callable
+
+log = logging.getLogger("node_guard")
+CONNECTION_MODULE = "flwr.supernode.fleet_http_connection"
+LOOP_MODULE = "flwr.supernode.start_client_internal"
+
+
+def stamp_path(environ: dict[str, str] | os._Environ = os.environ) -> Path:
+    """Where the poll stamp of the SuperNode configured by ``environ`` lives (writer and health check agree)."""
+    if environ.get("POLL_STAMP"):
+        return Path(environ["POLL_STAMP"])
+    port = environ.get("RUNTIME_PORT", "9094")
+    return Path(environ.get("TMPDIR", "/tmp")) / f"flower-supernode-{port}.poll"
+
+
+def write_stamp(path: Path, state: str, detail: str = "") -> None:
+    tmp = path.with_name(path.name + ".tmp")
+    tmp.write_text(f"{state} {time.time():.3f} {detail}".strip() + "\n")
+    os.replace(tmp, path)
+
+
+def read_stamp(path: Path) -> tuple[str, float, str]:
+    """(state, unix time, detail) of a stamp file."""
+    state, when, *rest = path.read_text().split(" ", 2)
+    return state, float(when), rest[0].strip() if rest else ""
+
+
+def retry_transport_errors(giveup: Callable[[Exception], bool] | None) -> Callable[[Exception], bool]:
+    """A ``should_giveup`` that never gives up on ``httpx.TransportError`` and defers to ``giveup`` otherwise."""
+    import httpx
+
+    warned = {"outage": False}
+
+    def should_giveup(exc: Exception) -> bool:
+        if isinstance(exc, httpx.TransportError):
+            if not warned["outage"]:
+                log.warning("node_guard: transient connection error, retrying with back-off: %s", exc)
+                warned["outage"] = True
+            return False
+        warned["outage"] = False
+        return bool(giveup(exc)) if giveup is not None else False
+
+    return should_giveup
+
+
+def install(stamp: Path) -> None:
+    """Patch the installed flwr (both guards); raises RuntimeError naming what is missing."""
+    import importlib
+
+    conn = importlib.import_module(CONNECTION_MODULE)
+    loop = importlib.import_module(LOOP_MODULE)
+    missing = [f"{m.__name__}.{name}" for m, name in ((conn, "make_simple_http_retry_invoker"),
+                                                      (loop, "_pull_and_store_message"),
+                                                      (loop, "start_client_internal"))
+               if not callable(getattr(m, name, None))]
+    if missing:
+        raise RuntimeError(f"this flwr has no {', '.join(missing)}: the SuperNode guards cannot be installed")
+    make_invoker = conn.make_simple_http_retry_invoker
+
+    def guarded_invoker() -> Any:
+        invoker = make_invoker()
+        invoker.should_giveup = retry_transport_errors(invoker.should_giveup)
+        return invoker
+
+    conn.make_simple_http_retry_invoker = guarded_invoker
+    pull = loop._pull_and_store_message
+
+    def stamped_pull(*args: Any, **kwargs: Any) -> Any:
+        run_id = pull(*args, **kwargs)
+        write_stamp(stamp, "idle" if run_id is None else "busy")
+        return run_id
+
+    loop._pull_and_store_message = stamped_pull
+    start = loop.start_client_internal
+
+    def stamped_start(*args: Any, **kwargs: Any) -> Any:
+        try:
+            return start(*args, **kwargs)
+        except BaseException as exc:
+            write_stamp(stamp, "stopped", f"{type(exc).__name__}: {exc}"[:500])
+            raise
+
+    loop.start_client_internal = stamped_start
+    # flower-supernode imported start_client_internal by name before we patched the module
+    cli = importlib.import_module("flwr.supernode.cli.flower_supernode")
+    if getattr(cli, "start_client_internal", None) is start:
+        cli.start_client_internal = stamped_start
+    write_stamp(stamp, "idle", "starting")
+
+
+def main(argv: list[str] | None = None) -> None:
+    logging.basicConfig(level=logging.INFO, format="%(levelname)s %(message)s")
+    stamp = stamp_path()
+    try:
+        install(stamp)
+    except (RuntimeError, ImportError) as exc:
+        print(f"node_guard: {exc}", file=sys.stderr)
+        sys.exit(2)
+    from importlib.metadata import entry_points
+
+    sys.argv = ["flower-supernode", *(sys.argv[1:] if argv is None else argv)]
+    entry = [ep for ep in entry_points(group="console_scripts") if ep.name == "flower-supernode"]
+    if not entry:
+        print("node_guard: no console script flower-supernode is installed", file=sys.stderr)
+        sys.exit(2)
+    entry[0].load()()
+
+
+if __name__ == "__main__":
+    main()

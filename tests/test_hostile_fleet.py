@@ -1,0 +1,365 @@
+"""A fleet that survives hostile and broken peers (issue 32): the hostile-fleet suite.
+
+Loopback only, bounded in counts and times. Fast tests: the body-limit derivation (deploy/body_limits.py) and
+the node-binding table (strategies/node_bindings.py, deploy/register_node.py). Slow tests share one federation
+of real processes (deploy/localfed.py): a SuperLink (TLS, SuperNode authentication, TUNED with a SuperExec
+secret) behind the real proxy (deploy/proxy.sh: three nginx instances) whose body limits are derived for the
+run's model, and SuperNodes started through deploy/supernode.sh. Attackers connect from other loopback
+addresses (127.0.0.2 and up), as other hosts would, so per-address limits apply to them and not to the nodes.
+The tests print their measured figures (run with -s to see them); DEPLOYMENT.md's threat table quotes them.
+"""
+
+from __future__ import annotations
+
+import http.client
+import json
+import os
+import re
+import shutil
+import socket
+import ssl
+import subprocess
+import sys
+import threading
+import time
+from concurrent.futures import ThreadPoolExecutor
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+ROOT = Path(__file__).resolve().parents[1]
+sys.path.insert(0, str(ROOT))
+
+from deploy.body_limits import (FRAMING_MARGIN, SMALL_MARGIN, chunk_size, limits_for,  # noqa: E402
+                                limits_for_run_config, push_object_request_bytes, reply_objects)
+from deploy.localfed import LocalFederation, snapshot_app  # noqa: E402
+
+BIN = Path(sys.executable).parent
+RUN = {"method": "scaffold", "dataset": "digits", "partition": "dirichlet", "seed": 1}  # 2 model-sized records
+
+
+def require_nginx() -> None:
+    if shutil.which("nginx", path=f"{os.environ.get('PATH', '')}{os.pathsep}/usr/sbin") is None:
+        pytest.fail("'nginx' is not installed, this test needs the real proxy: run `bash .ci/deps.sh` "
+                    "(apt-get install -y nginx-light)")
+
+
+# ============================================================================ fast: body limits
+def test_push_object_limit_is_the_largest_deflated_object_plus_framing() -> None:
+    """A reply of one record of two arrays (40 KB and 4 KB): its largest object is the 40 KB array's data
+    (one chunk) + flwr's object header; the limit adds the request's protobuf framing and the margin."""
+    arrays = {"w": np.zeros((100, 100), np.float32), "b": np.ones(1000, np.float32)}
+    largest, tree = reply_objects(arrays, 1)
+    assert 40_000 < largest < 40_000 + 200
+    lim = limits_for(arrays, 1)
+    assert lim.push_object == push_object_request_bytes(largest) + FRAMING_MARGIN
+    assert push_object_request_bytes(largest) - largest < 128      # ids and varints only
+    assert lim.parameter_bytes == 44_000 and lim.records == 1
+    assert lim.fleet_other == 2 * tree + SMALL_MARGIN
+    # a tensor beyond one chunk is pushed in chunks: the limit stops growing at the chunk size
+    big = {"w": np.zeros(3 * chunk_size() // 4 + 10, np.float32)}          # 3 chunks
+    big_lim = limits_for(big, 2)
+    assert big_lim.largest_object == limits_for(None).largest_object
+    assert chunk_size() < big_lim.largest_object < chunk_size() + 200
+    assert big_lim.tree_bytes > limits_for(big, 1).tree_bytes                # two records: two subtrees
+    with pytest.raises(ValueError, match="at least one array record"):
+        reply_objects(arrays, 0)
+
+
+def test_limits_for_a_run_config_follow_the_model_and_the_method() -> None:
+    small = limits_for_run_config({"method": "fedavg", "dataset": "digits"})
+    scaffold = limits_for_run_config(RUN)
+    assert small.records == 1 and scaffold.records == 2                      # SCAFFOLD replies with delta c
+    assert small.push_object == scaffold.push_object < 200 * 1024            # the same model: same objects
+    assert scaffold.tree_bytes > small.tree_bytes
+    mnist = limits_for_run_config({"method": "fedavg", "dataset": "mnist-5k"})
+    assert mnist.parameter_bytes > small.parameter_bytes and mnist.push_object > small.push_object
+    assert limits_for(None).nginx() == {"FLEET_OBJECT_MAX_BODY": "5137k", "FLEET_MAX_BODY": "64k",
+                                        "CONTROL_MAX_BODY": "11264k"}
+
+
+# ============================================================================ fast: nodes that come back
+def test_flwr_gives_up_on_tls_errors_and_the_guard_retries_them() -> None:
+    """flwr 1.42's own retry policy gives up on a transport error whose text says 'ssl' (what an overloaded
+    proxy's cut handshake raises) and retries a plain one; the guard retries both and defers the rest."""
+    import httpx
+    from flwr.supercore.retry.http_retry import make_simple_http_retry_invoker
+
+    from deploy.node_guard import retry_transport_errors
+
+    stock = make_simple_http_retry_invoker().should_giveup
+    cut = httpx.ConnectError("[SSL: UNEXPECTED_EOF_WHILE_READING] EOF occurred in violation of protocol (_ssl.c:1006)")
+    refused = httpx.ConnectError("[Errno 111] Connection refused")
+    assert stock(cut) is True and stock(refused) is False
+    guarded = retry_transport_errors(stock)
+    assert guarded(cut) is False and guarded(refused) is False
+    assert guarded(httpx.ReadError("tls: bad record mac")) is False
+    request = httpx.Request("POST", "https://x/v1/fleet/pull-messages")
+    bad = httpx.HTTPStatusError("400", request=request, response=httpx.Response(400, request=request))
+    busy = httpx.HTTPStatusError("503", request=request, response=httpx.Response(503, request=request))
+    assert guarded(bad) is True and guarded(busy) is False       # flwr's decisions for HTTP statuses
+
+
+def test_healthcheck_reads_the_poll_stamp(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    from deploy.healthcheck import poll_state
+    from deploy.node_guard import stamp_path, write_stamp
+
+    monkeypatch.setenv("POLL_STAMP", str(tmp_path / "node.poll"))
+    assert stamp_path() == tmp_path / "node.poll"
+    ok, why = poll_state(120)
+    assert not ok and "no poll stamp" in why
+    write_stamp(stamp_path(), "idle")
+    assert poll_state(120)[0]
+    ok, why = poll_state(120, now=time.time() + 121)
+    assert not ok and "no poll of the SuperLink for 121 s (> POLL_STALE=120)" in why
+    write_stamp(stamp_path(), "busy")                      # a ClientApp runs: healthy however long it takes
+    assert poll_state(120, now=time.time() + 3600)[0]
+    write_stamp(stamp_path(), "stopped", "HTTPStatusError: 400 Bad Request")
+    ok, why = poll_state(120)
+    assert not ok and "polling stopped" in why and "400 Bad Request" in why
+    monkeypatch.delenv("POLL_STAMP")
+    assert stamp_path({"RUNTIME_PORT": "9123", "TMPDIR": "/x"}) == Path("/x/flower-supernode-9123.poll")
+
+
+# ============================================================================ slow: the hostile fleet
+NODES = 3           # clients 0, 1, 2 train; key 3 belongs to client 3 (a registered node that steals ids)
+
+
+@pytest.fixture(scope="module")
+def fleet(tmp_path_factory: pytest.TempPathFactory):
+    """SuperLink + proxy (body limits of RUN's model) + SuperNodes 0..2 (partition i of 4, keys registered and
+    bound to client i); key 3 is registered and bound to client 3 but not started. In-memory SuperLink
+    state (no DATABASE), as in tests/test_deploy_security.py."""
+    require_nginx()
+    tmp = tmp_path_factory.mktemp("hostile-fleet")
+    limits = limits_for_run_config(RUN)
+    configs = [f"partition-id={i} num-partitions=4" for i in range(4)]
+    fed = LocalFederation(tmp / "fed", 4, tls=True, node_auth=True, tuned=True, proxy=True,
+                          node_configs=configs, register=[0, 1, 2, 3], start_nodes=[0, 1],
+                          app_dir=snapshot_app(tmp / "app"), database=False, proxy_settings=limits.nginx())
+    try:
+        fed.start()
+        fed.start_node(2, tuned=False)   # node 2 runs stock flower-supernode through deploy/node_guard.py
+        fed.wait_connected([0, 1], superexec=True)
+        fed.wait_connected([2])
+        yield fed, tmp, limits
+    finally:
+        fed.stop()
+        assert not any(p.alive() for p in [fed.superlink, fed.proxy_proc, *fed.nodes.values()] if p is not None)
+
+
+def _vm(pid: int, key: str) -> int:
+    """VmRSS / VmHWM (peak RSS) of a process in bytes."""
+    for line in Path(f"/proc/{pid}/status").read_text().splitlines():
+        if line.startswith(key + ":"):
+            return int(line.split()[1]) * 1024
+    raise KeyError(key)
+
+
+def _context(fed: LocalFederation) -> ssl.SSLContext:
+    return ssl.create_default_context(cafile=str(fed.certs / "ca.crt"))
+
+
+def _post(fed: LocalFederation, path: str, body: bytes | None = None, *, declared: int | None = None,
+          send: int | None = None, source: str = "127.0.0.2", timeout: float = 60) -> int:
+    """POST to the Fleet listener from ``source`` without node credentials: ``body``, or a body that declares
+    ``declared`` bytes and sends ``send`` of them. Returns the HTTP status (0: the proxy closed the connection)."""
+    conn = http.client.HTTPSConnection("localhost", fed.fleet_port, context=_context(fed), timeout=timeout,
+                                       source_address=(source, 0))
+    try:
+        if body is not None:
+            conn.request("POST", path, body=body, headers={"content-type": "application/protobuf"})
+        else:
+            conn.putrequest("POST", path)
+            conn.putheader("content-type", "application/protobuf")
+            conn.putheader("content-length", str(declared))
+            conn.endheaders()
+            block = b"\0" * (1 << 20)
+            sent = 0
+            try:
+                while sent < (send or 0):
+                    conn.send(block[: min(len(block), send - sent)])
+                    sent += min(len(block), send - sent)
+            except OSError:
+                pass    # the proxy answered and closed while we were still sending
+        resp = conn.getresponse()
+        resp.read()
+        return resp.status
+    except (OSError, http.client.HTTPException):
+        return 0
+    finally:
+        conn.close()
+
+
+def _push_object_body(size: int) -> bytes:
+    """A well-formed PushObjectRequest (so the SuperLink parses it and then refuses it for want of node
+    credentials) whose serialized size is about ``size`` bytes."""
+    from flwr.proto.message_pb2 import PushObjectRequest
+    from flwr.proto.node_pb2 import Node
+
+    req = PushObjectRequest(node=Node(node_id=1), run_id=1, object_id="0" * 64, object_content=b"")
+    req.object_content = b"\1" * max(0, size - req.ByteSize() - 8)
+    return req.SerializeToString()
+
+
+@pytest.mark.slow
+def test_bodies_are_bounded_before_authentication(fleet) -> None:
+    """1,000 MB declared to push-object (4 times) and 20 MB to another Fleet route: 413 from the proxy at
+    once, nothing reaches the SuperLink. Then FLEET_UPSTREAM_CONNS (24) concurrent unauthenticated bodies
+    just under the push-object limit: the SuperLink reads each (401) and its peak RSS grows by at most
+    24 x (4 x limit + 1 MiB) (the stated bound: bodies in flight x (the body, its copies while parsed, and a
+    fixed cost per request)). The same with the proxy's model-independent default limit (a full 5 MiB chunk),
+    for which the bound is ~506 MiB; the proxy is restarted with the derived limits afterwards."""
+    fed, _tmp, limits = fleet
+    pid = fed.superlink.popen.pid
+    access = fed.superlink.log
+    seen = access.read_text(errors="replace").count('"POST /v1/fleet/push-object')
+    hwm0, rss0 = _vm(pid, "VmHWM"), _vm(pid, "VmRSS")
+    t0 = time.monotonic()
+    huge = [_post(fed, "/v1/fleet/push-object", declared=1000 * 2**20, send=8 * 2**20) for _ in range(4)]
+    other = _post(fed, "/v1/fleet/pull-messages", declared=20 * 2**20, send=2**20)
+    refused_s = time.monotonic() - t0
+    assert huge == [413] * 4 and other == 413, (huge, other)
+    assert access.read_text(errors="replace").count('"POST /v1/fleet/push-object') == seen   # never forwarded
+    hwm1 = _vm(pid, "VmHWM")
+    assert hwm1 - hwm0 < 8 * 2**20, (hwm0, hwm1)
+    # the largest bodies the proxy lets through, all at once, without credentials
+    small = _flood_at_limit(fed, limits.push_object, seen)
+    default = limits_for(None)
+    _restart_proxy(fed, default.nginx())
+    try:
+        large = _flood_at_limit(fed, default.push_object, seen + small[0])
+    finally:
+        _restart_proxy(fed, limits.nginx())
+    print(f"\n[bodies] 4 x 1000 MB + 1 x 20 MB declared: {huge + [other]} in {refused_s:.2f} s; SuperLink peak RSS "
+          f"{hwm0 / 2**20:.0f} -> {hwm1 / 2**20:.0f} MiB (RSS {rss0 / 2**20:.0f} MiB)")
+    for name, lim, (n401, growth) in (("derived", limits.push_object, small), ("default", default.push_object, large)):
+        bound = 24 * (4 * lim + 2**20)
+        print(f"[bodies] 24 concurrent unauthenticated bodies at the {name} limit {lim / 1024:.0f} KiB: {n401} x 401; "
+              f"SuperLink peak RSS +{growth / 2**20:.1f} MiB (bound {bound / 2**20:.0f} MiB; "
+              f"{growth / max(1, n401 * lim):.2f} x the bodies)")
+        assert growth <= bound, (name, growth, bound)
+
+
+def _restart_proxy(fed: LocalFederation, settings: dict[str, str]) -> None:
+    fed.proxy_proc.stop(grace=5)
+    fed.proxy_settings = settings
+    fed.start_proxy()
+
+
+def _flood_at_limit(fed: LocalFederation, limit: int, seen: int) -> tuple[int, int]:
+    """24 concurrent bodies just under ``limit`` to push-object, without credentials, from 24 addresses:
+    (how many the SuperLink answered 401, its peak-RSS growth in bytes). Every status is 401, or 502 from
+    the proxy when the upstream budget (24) was taken: nothing else."""
+    pid = fed.superlink.popen.pid
+    hwm = _vm(pid, "VmHWM")
+    body = _push_object_body(limit - 1024)
+    with ThreadPoolExecutor(24) as pool:
+        statuses = list(pool.map(lambda i: _post(fed, "/v1/fleet/push-object", body,
+                                                 source=f"127.0.{1 + i // 8}.{2 + i % 8}"), range(24)))
+    assert set(statuses) <= {401, 502} and statuses.count(401) >= 12, statuses
+    reached = fed.superlink.log.read_text(errors="replace").count('"POST /v1/fleet/push-object') - seen
+    assert reached == statuses.count(401)
+    return statuses.count(401), _vm(pid, "VmHWM") - hwm
+
+
+def _node_stamp(fed: LocalFederation, i: int) -> Path:
+    from deploy.node_guard import stamp_path
+
+    return stamp_path({"RUNTIME_PORT": str(fed.runtime_ports[i]), "TMPDIR": os.environ.get("TMPDIR", "/tmp")})
+
+
+def _train_round(fed: LocalFederation, tmp: Path, name: str, timeout: float = 240) -> dict:
+    """One SCAFFOLD round on clients 0..2 (every node must train), through the proxy; the results document."""
+    res = fed.run({**RUN, "num-server-rounds": 1, "min-train-nodes": NODES, "round-timeout": 60.0,
+                   "fraction-train": 1.0, "out-dir": str(tmp / name)}, timeout=timeout, name=name)
+    assert res.status == "finished:completed", res.output[-3000:]
+    return res.doc
+
+
+class _CutHandshakes:
+    """Accepts TCP connections on a port and closes them at once: every TLS handshake fails with an SSL EOF
+    error, as when an overloaded or restarting proxy drops it (the error text flwr gives up on)."""
+
+    def __init__(self, port: int) -> None:
+        self.sock = socket.socket()
+        self.sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+        self.sock.bind(("127.0.0.1", port))
+        self.sock.listen(128)
+        self.sock.settimeout(0.2)
+        self.cut = 0
+        self.stop = threading.Event()
+        self.thread = threading.Thread(target=self._serve, daemon=True)
+        self.thread.start()
+
+    def _serve(self) -> None:
+        while not self.stop.is_set():
+            try:
+                conn, _ = self.sock.accept()
+            except socket.timeout:
+                continue
+            conn.close()
+            self.cut += 1
+
+    def close(self) -> None:
+        self.stop.set()
+        self.thread.join(5)
+        self.sock.close()
+
+
+@pytest.mark.slow
+def test_every_node_trains_again_after_the_proxy_was_away(fleet) -> None:
+    """The proxy is taken away for OUTAGE_S seconds, during which its Fleet port cuts every TLS handshake (the
+    'ssl' errors on which stock flwr stops polling for good). Every node (two TUNED, one stock, all through
+    deploy/node_guard.py) polls again within RECOVER_S of the proxy's return and trains in the next round;
+    during the outage deploy/healthcheck.py reports the nodes unhealthy (POLL_STALE=5 here), after it healthy."""
+    OUTAGE_S, RECOVER_S = 20.0, 45.0
+    fed, tmp, _limits = fleet
+    _train_round(fed, tmp, "before-outage")
+    fed.proxy_proc.stop(grace=5)
+    cutter = _CutHandshakes(fed.fleet_port)
+    t_away = time.time()
+    try:
+        time.sleep(OUTAGE_S / 2)
+        env = {**os.environ, "RUNTIME_PORT": str(fed.runtime_ports[0]), "POLL_STALE": "5"}
+        during = subprocess.run([sys.executable, str(ROOT / "deploy" / "healthcheck.py"), "supernode"], env=env,
+                                capture_output=True, text=True, timeout=30)
+        time.sleep(max(0.0, OUTAGE_S - (time.time() - t_away)))
+    finally:
+        cutter.close()
+    fed.start_proxy()
+    t_back = time.time()
+    assert during.returncode == 1 and "no poll of the SuperLink for" in during.stdout, during.stdout
+    logs_during = {i: fed.nodes[i].log.read_text(errors="replace") for i in range(NODES)}
+    assert all(fed.nodes[i].alive() for i in range(NODES))
+    assert cutter.cut >= NODES, cutter.cut                     # every node did hit the cut handshakes
+    assert any("ssl" in logs_during[i].lower() or "eof" in logs_during[i].lower() for i in range(NODES))
+    back = {}
+    deadline = t_back + RECOVER_S
+    while len(back) < NODES and time.time() < deadline:
+        for i in range(NODES):
+            state, when, _ = read_stamp_safe(_node_stamp(fed, i))
+            if i not in back and when > t_back and state in ("idle", "busy"):
+                back[i] = when - t_back
+        time.sleep(0.2)
+    assert sorted(back) == list(range(NODES)), (back, {i: fed.nodes[i].tail(15) for i in range(NODES)})
+    after = subprocess.run([sys.executable, str(ROOT / "deploy" / "healthcheck.py"), "supernode"], env=env,
+                           capture_output=True, text=True, timeout=30)
+    assert after.returncode == 0, after.stdout
+    t_round = time.time()
+    doc = _train_round(fed, tmp, "after-outage")
+    rounds = doc["rounds"]
+    assert rounds[0]["sampled"] == [0, 1, 2] and rounds[0]["num_updates"] == NODES, rounds
+    print(f"\n[outage] proxy away {OUTAGE_S:.0f} s ({cutter.cut} handshakes cut); nodes polling again "
+          f"{', '.join(f'{i}: {back[i]:.1f} s' for i in sorted(back))} after its return; a round with all 3 "
+          f"nodes finished {time.time() - t_back:.1f} s after the return (round itself {time.time() - t_round:.1f} s)")
+
+
+def read_stamp_safe(path: Path) -> tuple[str, float, str]:
+    from deploy.node_guard import read_stamp
+
+    try:
+        return read_stamp(path)
+    except (OSError, ValueError):
+        return "", 0.0, ""
