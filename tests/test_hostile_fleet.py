@@ -363,3 +363,123 @@ def read_stamp_safe(path: Path) -> tuple[str, float, str]:
         return read_stamp(path)
     except (OSError, ValueError):
         return "", 0.0, ""
+
+
+class _SlowClients:
+    """``n`` attacker threads from 127.0.0.2 that each hold one TLS connection to the Fleet port with half a
+    request header, reopening it whenever the proxy drops it, until ``seconds`` have passed."""
+
+    HALF_HEADER = b"POST /v1/fleet/pull-messages HTTP/1.1\r\nHost: localhost\r\nContent-Ty"
+
+    def __init__(self, port: int, ca: Path, n: int, seconds: float) -> None:
+        self.port, self.n, self.until = port, n, time.time() + seconds
+        self.ctx = ssl.create_default_context(cafile=str(ca))
+        self.lock = threading.Lock()
+        self.open = self.peak = self.opened = self.dropped = self.failed = 0
+        self.held: list[float] = []
+        self.threads = [threading.Thread(target=self._hold, daemon=True) for _ in range(n)]
+        for t in self.threads:
+            t.start()
+
+    def _hold(self) -> None:
+        while time.time() < self.until:
+            try:
+                raw = socket.create_connection(("127.0.0.1", self.port), timeout=10, source_address=("127.0.0.2", 0))
+                conn = self.ctx.wrap_socket(raw, server_hostname="localhost")
+                conn.sendall(self.HALF_HEADER)
+            except OSError:
+                with self.lock:
+                    self.failed += 1
+                time.sleep(0.2)
+                continue
+            start = time.time()
+            with self.lock:
+                self.open += 1
+                self.opened += 1
+                self.peak = max(self.peak, self.open)
+            dropped = False
+            try:
+                conn.settimeout(max(0.1, self.until - time.time()))
+                dropped = conn.recv(1) == b"" or True     # anything or EOF: the proxy ended it
+            except socket.timeout:
+                pass
+            except OSError:
+                dropped = True                             # reset (reset_timedout_connection)
+            with self.lock:
+                self.open -= 1
+                if dropped:
+                    self.dropped += 1
+                    self.held.append(time.time() - start)
+            conn.close()
+
+    def join(self) -> None:
+        for t in self.threads:
+            t.join(30)
+
+
+@pytest.mark.slow
+def test_slow_clients_do_not_starve_control_health_or_the_nodes(fleet) -> None:
+    """CONNS half-header TLS connections to the public Fleet port, held (and reopened when dropped) for
+    ATTACK_S seconds from one attacker address. Meanwhile the operator's `flwr ls` (Control listener via the
+    tunnel) and the health probe answer, every node completes polls, and the proxy drops each half header
+    after its client_header_timeout (5 s). Afterwards a round trains on all three nodes."""
+    CONNS, ATTACK_S = 400, 12.0
+    fed, tmp, _limits = fleet
+    attack = _SlowClients(fed.fleet_port, fed.certs / "ca.crt", CONNS, ATTACK_S)
+    t0 = time.time()
+    try:
+        while attack.peak < CONNS * 0.9 and time.time() < t0 + ATTACK_S / 2:
+            time.sleep(0.1)
+        t_full = time.time() - t0
+        t_check = time.time()
+        ls = fed.flwr("list", fed.connection, "--format", "json", timeout=30)
+        ls_s = time.time() - t_check
+        conn = http.client.HTTPConnection("127.0.0.1", fed.health_port, timeout=10)
+        t_check = time.time()
+        conn.request("GET", "/healthz")
+        health = conn.getresponse().status
+        health_s = time.time() - t_check
+        conn.close()
+        open_during = attack.open
+        while time.time() < attack.until:
+            time.sleep(0.2)
+        polled = {i: read_stamp_safe(_node_stamp(fed, i)) for i in range(NODES)}
+    finally:
+        attack.join()
+    assert ls.returncode == 0 and "runs" in json.loads(ls.stdout), ls.stdout + ls.stderr
+    assert health == 200
+    assert attack.peak >= CONNS * 0.9, attack.peak            # the attack really held its connections
+    # every node completed a poll in the attack's last seconds (stamps written after it had been running 5 s)
+    late = {i: polled[i][1] - t0 for i in range(NODES)}
+    assert all(polled[i][0] in ("idle", "busy") and late[i] > 5.0 for i in range(NODES)), polled
+    # the proxy dropped the half headers after ~5 s (client_header_timeout), not the attacker
+    assert attack.dropped >= CONNS * 0.9 and 4.0 < float(np.median(attack.held)) < 8.0, (attack.dropped,
+                                                                                        attack.held[:10])
+    # the same attack against a Fleet instance it exhausts (FLEET_CONNECTIONS=128): the Fleet port is lost for
+    # the attack, but Control and health run in their own nginx instances and still answer
+    _restart_proxy(fed, {**fed.proxy_settings, "FLEET_CONNECTIONS": "128"})
+    flood = _SlowClients(fed.fleet_port, fed.certs / "ca.crt", CONNS, ATTACK_S)
+    try:
+        time.sleep(3.0)
+        ls2 = fed.flwr("list", fed.connection, "--format", "json", timeout=30)
+        conn = http.client.HTTPConnection("127.0.0.1", fed.health_port, timeout=10)
+        conn.request("GET", "/healthz")
+        health2 = conn.getresponse().status
+        conn.close()
+        fleet_up = _post(fed, "/v1/fleet/get-run", b"", source="127.0.0.3", timeout=3)
+    finally:
+        flood.join()
+        _restart_proxy(fed, {k: v for k, v in fed.proxy_settings.items() if k != "FLEET_CONNECTIONS"})
+    t_back = time.time()
+    assert ls2.returncode == 0 and health2 == 200, ls2.stdout + ls2.stderr
+    assert fleet_up in (0, 503), fleet_up          # the exhausted Fleet instance had nothing left for others
+    doc = _train_round(fed, tmp, "after-slow-clients")
+    assert doc["rounds"][0]["num_updates"] == NODES
+    print(f"[slow clients] against FLEET_CONNECTIONS=128 (exhausted, a Fleet request got {fleet_up or 'no answer'}): "
+          f"flwr ls exit {ls2.returncode}, /healthz {health2}; a round on all 3 nodes finished "
+          f"{time.time() - t_back:.1f} s after the attack")
+    print(f"\n[slow clients] {CONNS} half-header TLS connections from one address for {ATTACK_S:.0f} s "
+          f"({attack.opened} opened, peak {attack.peak} open, {open_during} open at the checks, full after "
+          f"{t_full:.1f} s; {attack.failed} failed to connect): flwr ls {ls_s:.1f} s (exit 0), /healthz {health} "
+          f"in {health_s * 1000:.0f} ms; node polls {min(late.values()):.1f}-{max(late.values()):.1f} s into the "
+          f"attack; the proxy dropped {attack.dropped} half headers after a median {np.median(attack.held):.1f} s")
