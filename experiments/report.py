@@ -37,6 +37,7 @@ COLUMNS = [  # (header, key in "final", scale, decimals)
     ("max-data client", "max_data_client_accuracy", 100, 2),
     ("rounds to target", "rounds_to_target", 1, 1),
     ("s/round", "mean_round_time_s", 1, 2),
+    ("failed updates", "total_failures", 1, 1),  # rejected by the update checks, or lost (item 8 of issue 31)
 ]
 
 

@@ -3,6 +3,7 @@ and the complete-graph path of lra-cut = none, checked by values."""
 
 from __future__ import annotations
 
+import dataclasses
 import math
 
 import numpy as np
@@ -15,7 +16,7 @@ from flcore.config import RunConfig, resolve_run_config
 from flcore.methods.fedrane import FedRANECodeConfig, FedRANEConfig, rane_config
 from models import build_model
 from models.heads import OrthogonalHead
-from models.lra import (complete_mask, contrastive_discrimination, neighbour_mask, pearson_matrix,
+from models.lra import (LRANeck, complete_mask, contrastive_discrimination, neighbour_mask, pearson_matrix,
                         relational_adjacency, slim_alternating, slim_closed_form)
 from models.lra_gat import GATHead
 from strategies.fedrane import step_coefficients
@@ -179,3 +180,45 @@ def test_the_round_benchmark_report_states_the_ratio_from_its_result_file():
     assert "| fedrane | 60.0 | 80.0 | 1.50 | 0.4000 | 19 |" in text
     assert "| fedavg | 40.0 | 50.0 | 1.00 | 0.5000 | 20 |" in text
     assert "| slim | 30.00 | 15.0 |" in text and "no step cap" in text
+
+
+def _class_separation(h: torch.Tensor, labels: torch.Tensor) -> tuple[float, float]:
+    """Mean cosine of distinct rows of the same class and of different classes."""
+    h = F.normalize(h.detach(), dim=1)
+    cos = h @ h.T
+    same = labels[:, None] == labels[None, :]
+    off = ~torch.eye(len(labels), dtype=torch.bool)
+    return float(cos[same & off].mean()), float(cos[~same].mean())
+
+
+def test_the_codes_neck_erases_a_batchs_class_structure_and_a_residual_keeps_it():
+    """Why fedrane-code stays at chance (docs/FEDRANE.md section 5): its GAT over the complete graph, without a
+    residual, sends every row of a batch to nearly the same vector, so the predictor (trained on Z_hat alone at
+    lra-alpha = 0) sees no class; a residual around the message passing keeps the classes apart."""
+    torch.manual_seed(0)
+    centres = torch.linalg.qr(torch.randn(64, 2))[0].T * 8.0  # two orthogonal class centres
+    labels = torch.arange(32) % 2
+    z = F.normalize(centres[labels] + 0.3 * torch.randn(32, 64), dim=1)
+    within, between = _class_separation(z, labels)
+    assert within > 0.85 and abs(between) < 0.1
+    seps = {}
+    for residual in (False, True):
+        neck = LRANeck(64, dataclasses.replace(FedRANECodeConfig(), lra_residual=residual), 31).train()
+        neck.generator = torch.Generator().manual_seed(1)
+        seps[residual] = _class_separation(neck.augment(z), labels)
+    assert abs(seps[False][0] - seps[False][1]) < 0.02   # the code's neck: classes indistinguishable
+    assert seps[True][0] - seps[True][1] > 0.5           # with a residual: far apart
+
+
+def test_the_operation_count_benchmark_counts_dispatched_operations_and_reports_ratios():
+    from benchmarks.bench_lra_ops import OpCounter, report
+
+    with OpCounter() as counter:
+        a = torch.ones(3)
+        (a + a).sum()
+    assert counter.count == 3  # ones, add, sum
+    res = {"written": "2026-11-27 10:39:30", "preset": "fedrane-fmnist-dir01", "clients": 2, "steps": [2, 6],
+           "batch_size": 128, "per_step": {"fedavg": 74.0, "fedrane": 222.0},
+           "eval": {"fedavg (no neck)": {"images": 256, "ops": 21}, "complete": {"images": 256, "ops": 107}}}
+    text = report(res)
+    assert "| fedrane | 222 | 3.0 |" in text and "| complete | 107 | 5.1 |" in text and "B = 128" in text

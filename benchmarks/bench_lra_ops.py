@@ -1,0 +1,142 @@
+"""Tensor operations FedRANE dispatches next to FedAvg's, per local step and per evaluated image (issue 31 item 4).
+
+    OMP_NUM_THREADS=1 python -m benchmarks.bench_lra_ops [--clients 2] [--steps 2 6] [--images 256]
+        [--set key=value ...]          # --report prints docs/FEDRANE.md's table from the result file
+
+Why count operations: on a GPU a small ConvNet's step is bound by launching kernels, not by arithmetic, so a
+round's time follows the number of operations it dispatches (each is one or more kernel launches and, with many
+processes sharing one GPU, one trip through the driver). On one H200, with 20 runs sharing it, a FedRANE round
+of the preset took 114 s against FedAvg's 32 s (results/fmnist-table-dir01-gpu), where the CPU benchmark
+(benchmarks/bench_fedrane_round.py) measures 1.22x: on a CPU the convolutions dominate, on a GPU the count does.
+
+What is counted: every ATen operation dispatched (a TorchDispatchMode that counts calls), in the real round
+(tests/fakegrid.py + the round driver, as bench_fedrane_round runs it), preset ``fedrane-fmnist-dir01`` with
+``method`` replaced. Per local step: the difference between rounds capped at two step counts, divided by the
+extra steps of all clients (those rounds evaluate nothing). Per evaluated image: the G-FL evaluation of ``--images`` test images with the
+initial model, each graph path of bench_fedrane_round's probe. Writes benchmarks/results/lra_ops.json.
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+import tempfile
+from pathlib import Path
+from typing import Any
+
+os.environ.setdefault("OMP_NUM_THREADS", "1")
+
+import torch  # noqa: E402
+from torch.utils._python_dispatch import TorchDispatchMode  # noqa: E402
+
+from benchmarks.bench_fedrane_round import PRESET, PROBE, job  # noqa: E402
+from benchmarks.harness import load_result, machine, write_result  # noqa: E402
+
+RESULT = "lra_ops"
+NO_EVAL = {"test-evaluation": False, "local-test-fraction": 0.0}  # the step-counting rounds: training alone
+
+
+class OpCounter(TorchDispatchMode):
+    """Counts the ATen operations dispatched while active (views and in-place updates included)."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.count = 0
+
+    def __torch_dispatch__(self, func, types, args=(), kwargs=None):  # noqa: ANN001 - torch's protocol
+        self.count += 1
+        return func(*args, **(kwargs or {}))
+
+
+def round_ops(overrides: dict[str, Any], clients: int) -> int:
+    """Operations one in-process round dispatches (training, evaluations, aggregation)."""
+    from flcore.config import RunConfig, resolve_run_config
+    from server_app.runner import run_federation
+    from tests.fakegrid import FakeGrid
+
+    cfg = RunConfig.from_dict(resolve_run_config(overrides))
+    with OpCounter() as counter:
+        run_federation(FakeGrid(clients), cfg)
+    return counter.count
+
+
+def eval_ops(n: int, clients: int, extra: dict[str, Any]) -> dict[str, Any]:
+    """Operations of evaluating the first ``n`` test images, per graph path of PROBE."""
+    from data_partitioning.federated import global_test_set
+    from data_partitioning.support import training_pool_sample
+    from flcore.config import RunConfig, resolve_run_config
+    from models import build_model
+    from models.evaluation import eval_support_size, evaluate, set_eval_support
+
+    out = {}
+    for label, over in PROBE.items():
+        cfg = RunConfig.from_dict(resolve_run_config({"preset": PRESET, **extra, **over}))
+        x, y = (torch.as_tensor(a)[:n] for a in global_test_set(cfg, clients))
+        model = build_model(cfg, tuple(x.shape[1:]), 10)
+        size = eval_support_size(model)
+        if size:
+            set_eval_support(model, torch.as_tensor(training_pool_sample(cfg, clients, size)))
+        with OpCounter() as counter:
+            evaluate(model, x, y)
+        out[label] = {"images": int(x.shape[0]), "ops": counter.count, "ops_per_image": counter.count / x.shape[0]}
+        print(f"  {label:72s} {counter.count:9d} ops / {x.shape[0]} images", flush=True)
+    return out
+
+
+def report(res: dict[str, Any]) -> str:
+    """The markdown of docs/FEDRANE.md's operation-count table from an lra_ops result."""
+    lines = [f"Measured {res['written']} (`benchmarks/results/{RESULT}.json`, `python -m benchmarks.bench_lra_ops`): "
+             f"preset `{res['preset']}`, {res['clients']} clients, rounds capped at {res['steps'][0]} and "
+             f"{res['steps'][1]} local steps of B = {res['batch_size']}.", "",
+             "| method | operations per local step | / FedAvg's |", "|---|---|---|"]
+    base = res["per_step"]["fedavg"]
+    for m, ops in res["per_step"].items():
+        lines.append(f"| {m} | {ops:.0f} | {ops / base:.1f} |")
+    probe = res["eval"]
+    first = next(iter(probe.values()))
+    lines += ["", f"Evaluating {first['images']} test images at once (G-FL, inductive, the initial model):", "",
+              "| evaluation path | operations | / FedAvg's |", "|---|---|---|"]
+    for label, r in probe.items():
+        lines.append(f"| {label} | {r['ops']} | {r['ops'] / first['ops']:.1f} |")
+    return "\n".join(lines)
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    ap.add_argument("--clients", type=int, default=2)
+    ap.add_argument("--steps", type=int, nargs=2, default=[2, 6], metavar=("LOW", "HIGH"))
+    ap.add_argument("--methods", nargs="*", default=["fedavg", "fedrane", "fedrane-code"])
+    ap.add_argument("--images", type=int, default=256)
+    ap.add_argument("--report", action="store_true")
+    args = ap.parse_args()
+    if args.report:
+        res = load_result(RESULT)
+        if res is None:
+            raise SystemExit(f"no benchmarks/results/{RESULT}.json: run the benchmark first")
+        print(report(res))
+        return
+    if args.methods[0] != "fedavg":
+        raise SystemExit("--methods must start with fedavg (the ratios are to FedAvg's)")
+    lo, hi = args.steps
+    if not 0 < lo < hi:
+        raise SystemExit(f"--steps LOW HIGH needs 0 < LOW < HIGH, got {lo} {hi}")
+    torch.set_num_threads(1)
+    info = machine()
+    per_step = {}
+    with tempfile.TemporaryDirectory() as tmp:
+        for m in args.methods:
+            counts = [round_ops({**job(m, args.clients, 1, s, Path(tmp) / f"{m}-{s}"), **NO_EVAL}, args.clients)
+                      for s in (lo, hi)]
+            per_step[m] = (counts[1] - counts[0]) / (args.clients * (hi - lo))
+            print(f"{m:14s} {per_step[m]:9.0f} operations per local step", flush=True)
+    from flcore.config import RunConfig, resolve_run_config
+
+    batch = RunConfig.from_dict(resolve_run_config({"preset": PRESET})).batch_size
+    path = write_result(RESULT, {"machine": info, "preset": PRESET, "clients": args.clients, "steps": [lo, hi],
+                                 "batch_size": batch, "per_step": per_step,
+                                 "eval": eval_ops(args.images, args.clients, {})})
+    print(f"wrote {path}")
+
+
+if __name__ == "__main__":
+    main()
