@@ -89,6 +89,33 @@ def at_round(runs: dict[str, list[dict[str, Any]]], n: int) -> tuple[dict[str, l
     return cut, short
 
 
+def stopping_rounds(runs: dict[str, list[dict[str, Any]]], most: int = 3) -> list[int]:
+    """The rounds to read an experiment stopped early at: where its unfinished runs stopped (each a round every
+    run still in that table reached), the ``most`` earliest; [] when every run finished."""
+    stops = sorted({len(d["rounds"]) for docs in runs.values() for d in docs
+                    if 0 < len(d["rounds"]) < int(d["run_config"].get("num-server-rounds", 0))})
+    return stops[:most]
+
+
+def mark_stopped(exp_dir: Path, note: str = "") -> list[int]:
+    """Write ``report-rounds`` (:func:`stopping_rounds`) into ``exp_dir/experiment.toml``'s [experiment] table,
+    and ``report-note`` when it has none; returns the rounds ([] and no change when every run finished)."""
+    cfg_file = exp_dir / "experiment.toml"
+    if not cfg_file.exists():
+        raise SystemExit(f"{cfg_file} does not exist (experiments.run writes it)")
+    rounds = stopping_rounds(load_runs(exp_dir, unfinished=True))
+    if not rounds:
+        return rounds
+    text = cfg_file.read_text()
+    meta = tomllib.loads(text).get("experiment", {})
+    lines = [l for l in text.splitlines() if not l.startswith("report-rounds = ")]
+    add = [f"report-rounds = {rounds}"] + ([f"report-note = {json.dumps(note)}"] if note and "report-note" not in meta
+                                           else [])
+    at = lines.index("[experiment]") + 1
+    cfg_file.write_text("\n".join(lines[:at] + add + lines[at:]) + "\n")
+    return rounds
+
+
 def fixed_round_tables(runs: dict[str, list[dict[str, Any]]], order: list[str], paper: dict[str, Any],
                        rounds: list[int], note: str) -> list[str]:
     """An experiment stopped before its planned rounds (``report-rounds`` in its [experiment] table): a table
@@ -330,7 +357,13 @@ def main(argv: list[str] | None = None) -> int:
                     help="regenerate only the claims ledger section of the existing docs/RESULTS.md")
     ap.add_argument("--experiments", nargs="+", metavar="NAME",
                     help="with --ledger-only: also regenerate these experiments' sections (results/NAME) in place")
+    ap.add_argument("--mark-stopped", metavar="NAME", help="results/NAME stopped before its planned rounds "
+                    "(a deadline): set its report-rounds to where its runs stopped, then regenerate the doc")
+    ap.add_argument("--note", default="", help="with --mark-stopped: the report-note, if it has none")
     args = ap.parse_args(argv)
+    if args.mark_stopped:
+        rounds = mark_stopped(RESULTS_ROOT / args.mark_stopped, args.note)
+        print(f"results/{args.mark_stopped}: " + (f"report-rounds = {rounds}" if rounds else "every run finished"))
     if args.experiments and not args.ledger_only:
         ap.error("--experiments goes with --ledger-only (without it the whole doc is regenerated)")
     DOC.parent.mkdir(parents=True, exist_ok=True)

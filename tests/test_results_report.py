@@ -1,7 +1,10 @@
 """docs/RESULTS.md's generated parts added by issues 30/31: the stack line of every table and the table of
 ours beside a paper's values (experiments/report.py)."""
 
-from experiments.report import at_round, fixed_round_tables, paper_table, stacks_line
+import json
+import tomllib
+
+from experiments.report import at_round, fixed_round_tables, mark_stopped, paper_table, stacks_line, stopping_rounds
 from flcore.stack import describe
 from server_app.results import summarize
 
@@ -61,3 +64,29 @@ def test_at_round_cuts_every_run_that_reached_it_and_names_the_others():
     assert "| slow | 1 | 1 | 10.00 |" in text  # read at round 1, the slow run is in
     assert "fedavg (seed 0)" not in text and "slow (seed 0): 1 round(s), 300 s/round" in text
     assert "| fedavg | 2 | 3 | 75.00 ± 7.07 |" in text  # at round 3: both seeds, seed 1 cut from 4 rounds
+
+
+def test_stopping_rounds_and_marking_an_experiment_stopped_by_a_deadline(tmp_path):
+    runs = {"fast": [_run(0, [0.1] * 12), _run(1, [0.1] * 20)], "slow": [_run(0, [0.1] * 3)],
+            "slowest": [_run(0, [0.1])], "none": [_run(0, [])]}
+    assert stopping_rounds(runs) == [1, 3, 12]
+    assert stopping_rounds(runs, most=2) == [1, 3]
+    assert stopping_rounds({"done": [_run(0, [0.1] * 20)]}) == []
+    exp = tmp_path / "exp"
+    for label, docs in runs.items():
+        for d in docs:
+            seed_dir = exp / label / f"seed{d['run_config']['seed']}"
+            seed_dir.mkdir(parents=True)
+            (seed_dir / "results.json").write_text(json.dumps(d))
+    (exp / "experiment.toml").write_text('[experiment]\nname = "exp"\nreport-rounds = [9]\n[runs.fast]\nmethod = "fedavg"\n')
+    assert mark_stopped(exp, 'stopped by a "deadline"') == [1, 3, 12]
+    doc = tomllib.loads((exp / "experiment.toml").read_text())
+    assert doc["experiment"]["report-rounds"] == [1, 3, 12] and doc["experiment"]["report-note"] == 'stopped by a "deadline"'
+    assert doc["runs"]["fast"]["method"] == "fedavg"
+    done = tmp_path / "done"
+    (done / "fedavg" / "seed0").mkdir(parents=True)
+    (done / "fedavg" / "seed0" / "results.json").write_text(json.dumps(_run(0, [0.1] * 20)))
+    (done / "experiment.toml").write_text('[experiment]\nname = "done"\n')
+    assert mark_stopped(done) == [] and (done / "experiment.toml").read_text() == '[experiment]\nname = "done"\n'
+    assert mark_stopped(exp, "another") == [1, 3, 12]  # an existing note is kept
+    assert tomllib.loads((exp / "experiment.toml").read_text())["experiment"]["report-note"] == 'stopped by a "deadline"'
