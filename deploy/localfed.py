@@ -160,6 +160,8 @@ class LocalFederation:
                                               # in production); False: Flower's in-memory state (the
                                               # SuperLink's default; measured ~half its CPU per request)
     proxy_settings: Mapping[str, str] | None = None  # extra deploy/proxy.sh settings (body limits, budgets)
+    bind_clients: list[int] | None = None     # with node_auth: node i's key is bound to client id bind_clients[i]
+                                              # at registration (deploy/register_node.py; NODE_BINDINGS)
     python: str = sys.executable
     startup_timeout: float = 90.0
     superlink: Proc | None = field(default=None, init=False)
@@ -187,6 +189,9 @@ class LocalFederation:
         self.fleet_port, self.control_port, self.health_port, self.tunnel_port = ports[1:5]
         self.connection = OPERATOR if self.proxy else CONNECTION
         self.fleet_address = f"127.0.0.1:{self.fleet_port if self.proxy else self.port}"
+        self.bindings = self.workdir / "bindings" / "node-bindings.json" if self.bind_clients is not None else None
+        if self.bind_clients is not None and (not self.node_auth or len(self.bind_clients) != self.num_nodes):
+            raise ValueError("bind_clients needs node_auth and one client id per node")
 
     # ------------------------------------------------------------------------------ environment
     def env(self, home: Path) -> dict[str, str]:
@@ -200,7 +205,7 @@ class LocalFederation:
                     "SUPERLINK_UPSTREAM", "PROXY_RUN_DIR", "MAX_BODY", "FLEET_OBJECT_MAX_BODY", "FLEET_MAX_BODY",
                     "CONTROL_MAX_BODY", "FLEET_CONNECTIONS", "FLEET_UPSTREAM_CONNS", "CONTROL_UPSTREAM_CONNS",
                     "FLEET_CONN_PER_IP", "FLEET_REQ_RATE", "FLEET_REQ_BURST", "CLIENT_HEADER_TIMEOUT",
-                    "CLIENT_BODY_TIMEOUT"):
+                    "CLIENT_BODY_TIMEOUT", "NODE_BINDINGS", "POLL_STAMP", "POLL_STALE"):
             env.pop(key, None)
         return env
 
@@ -258,6 +263,8 @@ class LocalFederation:
             env["SUPEREXEC_SECRET_FILE"] = str(self.secret)
         if self.node_auth:
             env["NODE_AUTH"] = "1"
+        if self.bindings is not None:
+            env["NODE_BINDINGS"] = str(self.bindings)
         self.superlink = self._spawn("superlink", "superlink.sh", env)
         wait_port(self.port, self.startup_timeout, self.superlink.popen, "the SuperLink")
 
@@ -289,7 +296,15 @@ class LocalFederation:
         return f"partition-id={i} num-partitions={self.num_nodes}"
 
     def register_node(self, i: int) -> str:
-        res = self.flwr("supernode", "register", str(self.certs / "keys" / f"supernode-{i}.pub"), self.connection)
+        key = str(self.certs / "keys" / f"supernode-{i}.pub")
+        if self.bindings is not None:
+            self.bindings.parent.mkdir(mode=0o700, exist_ok=True)
+            res = subprocess.run([self.python, str(DEPLOY / "register_node.py"), key, str(self.bind_clients[i]),
+                                  self.connection, "--bindings", str(self.bindings),
+                                  "--flwr", str(Path(self.python).parent / "flwr")],
+                                 env=self.env(self.home), cwd=self.workdir, capture_output=True, text=True, timeout=180)
+        else:
+            res = self.flwr("supernode", "register", key, self.connection)
         if res.returncode != 0:
             raise FederationError(f"registering supernode-{i} failed:\n{res.stdout}\n{res.stderr}")
         return res.stdout

@@ -2,8 +2,13 @@
 
 Clients are keyed by their *stable id* (partition id or node-config ``client-id``), never by Flower's node
 id, which is random and changes when a node re-registers. Nodes announce id, data size and class counts in a
-``query`` exchange; a failed registration is retried with back-off; a second node claiming an id that a live
-node already holds is refused (the first keeps its slot and its state). Sampling is seeded.
+``query`` exchange; a failed registration is retried with back-off. Sampling is seeded.
+
+Who may hold an id: with node bindings (``NODE_BINDINGS``, strategies/node_bindings.py: the operator bound
+each registered node key, i.e. its node id, to one client id) a node is accepted only under the id its key
+owns; any other claim is refused and recorded (kind ``identity-mismatch``), whoever came first, and the
+owner takes its id even when another node held it. Without bindings a second node claiming an id that a
+live node already holds is refused (``duplicate-id``; the first keeps its slot and its state).
 """
 
 from __future__ import annotations
@@ -12,10 +17,12 @@ import logging
 import math
 import time
 from dataclasses import dataclass
+from pathlib import Path
 
 import numpy as np
 from flwr.serverapp import Grid
 
+from strategies import node_bindings
 from strategies.exchange import ExchangeResult, Failure, exchange
 
 log = logging.getLogger("noniid_fl")
@@ -53,6 +60,7 @@ class ClientRegistry:
         """
         deadline = time.time() + self.cfg.round_timeout
         while True:
+            bound = self._node_owners()
             node_ids = [int(n) for n in grid.get_node_ids()]
             known = {info.node_id for info in self.clients.values()}
             new = [n for n in node_ids if n not in known
@@ -69,6 +77,9 @@ class ClientRegistry:
                 for reply in res.replies.values():
                     info = reply.content["info"]
                     cid, node = int(info["cid"]), int(reply.metadata.src_node_id)
+                    if bound is not None and bound.get(node) != cid:
+                        self._refuse_identity(cid, node, bound.get(node), server_round)
+                        continue
                     holder = self.clients.get(cid)
                     if holder is not None and holder.node_id != node and holder.node_id in node_ids:
                         self._refuse_duplicate(cid, node, holder.node_id, server_round)
@@ -101,6 +112,41 @@ class ClientRegistry:
         reason = (f"node {node} claims client id {cid}, already held by live node {holder}: refused "
                   f"(attempt {tries}; asked again in round {retry})")
         self.register_failures.append(Failure(cid, "register", "duplicate-id", reason))
+        log.warning("registration: %s", reason)
+
+    def _node_owners(self) -> dict[int, int] | None:
+        """node id -> owned client id from ``NODE_BINDINGS`` (re-read when the file changes; a client held by a
+        node that no longer owns it is dropped), or None without bindings. A named but unreadable or invalid
+        table raises ValueError: the run must not fall back to first-come identities."""
+        path = node_bindings.configured()
+        if path is None:
+            return None
+        try:
+            stamp = (str(path), path.stat().st_mtime_ns, path.stat().st_size)
+        except OSError:
+            stamp = (str(path), -1, -1)
+        cached = getattr(self, "_bindings_cache", None)
+        if cached is not None and cached[0] == stamp:
+            return cached[1]
+        owners = node_bindings.owners(node_bindings.load(path))
+        self._bindings_cache = (stamp, owners)
+        for cid, info in list(self.clients.items()):
+            if owners.get(info.node_id) != cid:
+                log.warning("registration: node %d no longer owns client id %d (%s): dropped", info.node_id, cid,
+                            Path(path).name)
+                self.clients.pop(cid)
+        return owners
+
+    def _refuse_identity(self, cid: int, node: int, owned: int | None, server_round: int) -> None:
+        """A node claims a client id its key does not own: refused (whoever came first), recorded as a
+        registration failure naming the node, the claim and what its key owns, and asked again with back-off."""
+        tries = self.register_backoff.get(node, (0, 0))[0] + 1
+        retry = server_round + 2 ** min(tries - 1, 6)
+        self.register_backoff[node] = (tries, retry)
+        owns = f"its key is bound to client id {owned}" if owned is not None else "its key is bound to no client id"
+        reason = (f"node {node} claims client id {cid}, but {owns} ({node_bindings.ENV}): refused "
+                  f"(attempt {tries}; asked again in round {retry})")
+        self.register_failures.append(Failure(cid, "register", "identity-mismatch", reason))
         log.warning("registration: %s", reason)
 
     def drain_register_failures(self) -> list[Failure]:

@@ -36,6 +36,9 @@ from deploy.body_limits import (FRAMING_MARGIN, SMALL_MARGIN, chunk_size, limits
 from deploy.localfed import LocalFederation, snapshot_app  # noqa: E402
 
 BIN = Path(sys.executable).parent
+# HOSTILE_FLEET_RECORD=<file>: the slow tests' measured figures are written there (docs/DEPLOYMENT.md quotes
+# benchmarks/results/hostile_fleet.json, written so)
+FIGURES: dict[str, dict] = {}
 RUN = {"method": "scaffold", "dataset": "digits", "partition": "dirichlet", "seed": 1}  # 2 model-sized records
 
 
@@ -122,20 +125,129 @@ def test_healthcheck_reads_the_poll_stamp(tmp_path: Path, monkeypatch: pytest.Mo
     assert stamp_path({"RUNTIME_PORT": "9123", "TMPDIR": "/x"}) == Path("/x/flower-supernode-9123.poll")
 
 
+# ============================================================================ fast: identity bound to keys
+KEY = "ecdsa-sha2-nistp384 AAAAE2VjZHNhLXNoYTItbmlzdHAzODQ"
+
+
+def test_node_bindings_are_validated_and_written_private(tmp_path: Path) -> None:
+    from strategies import node_bindings as nb
+
+    table = tmp_path / "b.json"
+    nb.write(table, [nb.Binding(11, 0, KEY + "A"), nb.Binding(22, 1, KEY + "B")])
+    assert oct(table.stat().st_mode & 0o777) == "0o600"
+    assert nb.owners(nb.load(table)) == {11: 0, 22: 1}
+    bad = {"dup client": [(11, 0, "A"), (22, 0, "B")], "dup node": [(11, 0, "A"), (11, 1, "B")],
+           "dup key": [(11, 0, "A"), (22, 1, "A")]}
+    for name, rows in bad.items():
+        doc = {"version": 1, "nodes": [{"node_id": n, "client_id": c, "public_key": KEY + k} for n, c, k in rows]}
+        with pytest.raises(ValueError, match="bound more than once"):
+            nb.parse(doc)
+    for doc, msg in (({"version": 2, "nodes": []}, "expected"), ({"version": 1, "nodes": [{"node_id": 1}]}, "exactly"),
+                     ({"version": 1, "nodes": [{"node_id": 0, "client_id": 0, "public_key": KEY}]}, "node_id must"),
+                     ({"version": 1, "nodes": [{"node_id": 1, "client_id": -1, "public_key": KEY}]}, "client_id >= 0"),
+                     ({"version": 1, "nodes": [{"node_id": 1, "client_id": 0, "public_key": "ssh-rsa x"}]}, "ECDSA")):
+        with pytest.raises(ValueError, match=msg):
+            nb.parse(doc)
+    with pytest.raises(ValueError, match="cannot read the node bindings"):
+        nb.load(tmp_path / "missing.json")
+    from deploy.register_node import bind, unbind
+    with pytest.raises(ValueError, match="client id 1 is already bound to node 22"):
+        bind(table, 33, 1, KEY + "C")
+    with pytest.raises(ValueError, match="already bound to client id 0"):
+        bind(table, 33, 2, KEY + "A")
+    assert [b.client_id for b in bind(table, 33, 2, KEY + "C")] == [0, 1, 2]
+    assert [b.client_id for b in unbind(table, 1)] == [0, 2]
+
+
+class _Registry:
+    """The registry mixin with just what refresh_clients uses; replies come from a scripted exchange."""
+
+    def __init__(self) -> None:
+        from types import SimpleNamespace
+
+        from strategies.client_registry import ClientRegistry
+
+        self.cls = ClientRegistry
+        self.cfg = SimpleNamespace(round_timeout=5.0, reply_poll_interval=0.01, min_train_nodes=1)
+        self.clients, self.register_backoff, self.register_failures = {}, {}, []
+
+    def _base_content(self, _cid: int) -> None:
+        return None
+
+    def __getattr__(self, name: str):
+        return getattr(self.cls, name).__get__(self)
+
+
+def _register(monkeypatch: pytest.MonkeyPatch, reg: _Registry, claims: list[tuple[int, int]], rnd: int = 1) -> None:
+    """One registration exchange in which node n claims client id c, replies in the order given."""
+    from types import SimpleNamespace
+
+    from strategies import client_registry
+    from strategies.exchange import ExchangeResult
+
+    def fake_exchange(grid, sends, *args, **kwargs):
+        asked = {node: key for key, (node, _) in sends.items()}
+        replies = {asked[n]: SimpleNamespace(content={"info": {"cid": c, "num-examples": 10, "class-counts": [5, 5]}},
+                                             metadata=SimpleNamespace(src_node_id=n)) for n, c in claims if n in asked}
+        return ExchangeResult(replies=replies)
+
+    monkeypatch.setattr(client_registry, "exchange", fake_exchange)
+    grid = SimpleNamespace(get_node_ids=lambda: [n for n, _ in claims])
+    reg.refresh_clients(grid, wait=False, server_round=rnd)
+
+
+def test_a_node_gets_only_the_client_id_its_key_owns_whoever_comes_first(tmp_path: Path,
+                                                                         monkeypatch: pytest.MonkeyPatch) -> None:
+    from strategies import node_bindings as nb
+
+    # without bindings: the first live claim wins and the genuine owner is refused (the issue's attack)
+    monkeypatch.delenv(nb.ENV, raising=False)
+    reg = _Registry()
+    _register(monkeypatch, reg, [(300, 0), (100, 0), (200, 1)])       # thief (node 300) answers first
+    assert {c: i.node_id for c, i in reg.clients.items()} == {0: 300, 1: 200}
+    assert [f.kind for f in reg.register_failures] == ["duplicate-id"]
+    # with bindings (100 owns 0, 200 owns 1, 300 owns 3): the thief is refused in either order, the owner trains
+    table = tmp_path / "bindings.json"
+    nb.write(table, [nb.Binding(100, 0, KEY + "A"), nb.Binding(200, 1, KEY + "B"), nb.Binding(300, 3, KEY + "C")])
+    monkeypatch.setenv(nb.ENV, str(table))
+    for order in ([(300, 0), (100, 0), (200, 1)], [(100, 0), (300, 0), (200, 1)]):
+        reg = _Registry()
+        _register(monkeypatch, reg, order)
+        assert {c: i.node_id for c, i in reg.clients.items()} == {0: 100, 1: 200}
+        [f] = reg.drain_register_failures()
+        assert (f.cid, f.kind) == (0, "identity-mismatch")
+        assert "node 300 claims client id 0, but its key is bound to client id 3" in f.reason
+        assert reg.register_backoff[300] == (1, 2)                      # asked again in round 2, not every round
+    # a node whose key is bound to nothing is refused too; a table that changes drops a client it no longer owns
+    reg = _Registry()
+    _register(monkeypatch, reg, [(100, 0), (200, 1), (400, 2)])
+    assert sorted(reg.clients) == [0, 1]
+    assert "its key is bound to no client id" in reg.drain_register_failures()[0].reason
+    nb.write(table, [nb.Binding(100, 0, KEY + "A"), nb.Binding(400, 1, KEY + "D")])
+    os.utime(table, ns=(time.time_ns() + 10**9, time.time_ns() + 10**9))
+    _register(monkeypatch, reg, [(100, 0), (200, 1), (400, 1)], rnd=2)
+    assert {c: i.node_id for c, i in reg.clients.items()} == {0: 100, 1: 400}
+    # an unreadable table stops the run instead of silently falling back to first-come identities
+    monkeypatch.setenv(nb.ENV, str(tmp_path / "gone.json"))
+    with pytest.raises(ValueError, match="cannot read the node bindings"):
+        _register(monkeypatch, _Registry(), [(100, 0)])
+
+
 # ============================================================================ slow: the hostile fleet
 NODES = 3           # clients 0, 1, 2 train; key 3 belongs to client 3 (a registered node that steals ids)
 
 
 @pytest.fixture(scope="module")
 def fleet(tmp_path_factory: pytest.TempPathFactory):
-    """SuperLink + proxy (body limits of RUN's model) + SuperNodes 0..2 (partition i of 4, keys registered and
-    bound to client i); key 3 is registered and bound to client 3 but not started. In-memory SuperLink
+    """SuperLink + proxy (body limits of RUN's model) + SuperNodes 0..2 (partition i of 4; keys registered with
+    deploy/register_node.py and bound to client i, NODE_BINDINGS on the SuperLink); key 3 is registered and
+    bound to client 3, and its node (started by the identity test) claims partition 0. In-memory SuperLink
     state (no DATABASE), as in tests/test_deploy_security.py."""
     require_nginx()
     tmp = tmp_path_factory.mktemp("hostile-fleet")
     limits = limits_for_run_config(RUN)
-    configs = [f"partition-id={i} num-partitions=4" for i in range(4)]
-    fed = LocalFederation(tmp / "fed", 4, tls=True, node_auth=True, tuned=True, proxy=True,
+    configs = [f"partition-id={i} num-partitions=4" for i in range(NODES)] + ["partition-id=0 num-partitions=4"]
+    fed = LocalFederation(tmp / "fed", 4, tls=True, node_auth=True, tuned=True, proxy=True, bind_clients=[0, 1, 2, 3],
                           node_configs=configs, register=[0, 1, 2, 3], start_nodes=[0, 1],
                           app_dir=snapshot_app(tmp / "app"), database=False, proxy_settings=limits.nginx())
     try:
@@ -146,6 +258,11 @@ def fleet(tmp_path_factory: pytest.TempPathFactory):
         yield fed, tmp, limits
     finally:
         fed.stop()
+        record = os.environ.get("HOSTILE_FLEET_RECORD")
+        if record and FIGURES:
+            Path(record).write_text(json.dumps({"recorded": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime()),
+                                                "load_average_at_end": list(os.getloadavg()), "cpus": os.cpu_count(),
+                                                **FIGURES}, indent=1) + "\n")
         assert not any(p.alive() for p in [fed.superlink, fed.proxy_proc, *fed.nodes.values()] if p is not None)
 
 
@@ -240,6 +357,12 @@ def test_bodies_are_bounded_before_authentication(fleet) -> None:
               f"SuperLink peak RSS +{growth / 2**20:.1f} MiB (bound {bound / 2**20:.0f} MiB; "
               f"{growth / max(1, n401 * lim):.2f} x the bodies)")
         assert growth <= bound, (name, growth, bound)
+        FIGURES.setdefault("bodies", {})[name] = {"limit_bytes": lim, "concurrent": 24, "answered_401": n401,
+                                                  "peak_rss_growth_mib": round(growth / 2**20, 1),
+                                                  "bound_mib": round(bound / 2**20, 1)}
+    FIGURES["bodies"]["oversize"] = {"declared_mb": [1000] * 4 + [20], "statuses": huge + [other],
+                                     "seconds": round(refused_s, 2), "peak_rss_growth_mib": round((hwm1 - hwm0) / 2**20, 1),
+                                     "superlink_rss_mib": round(rss0 / 2**20)}
 
 
 def _restart_proxy(fed: LocalFederation, settings: dict[str, str]) -> None:
@@ -351,6 +474,10 @@ def test_every_node_trains_again_after_the_proxy_was_away(fleet) -> None:
     doc = _train_round(fed, tmp, "after-outage")
     rounds = doc["rounds"]
     assert rounds[0]["sampled"] == [0, 1, 2] and rounds[0]["num_updates"] == NODES, rounds
+    FIGURES["outage"] = {"away_s": OUTAGE_S, "handshakes_cut": cutter.cut, "bound_s": RECOVER_S,
+                         "polling_again_s": {str(i): round(v, 1) for i, v in back.items()},
+                         "round_done_after_return_s": round(time.time() - t_back, 1),
+                         "healthcheck_during": during.stdout.strip(), "healthcheck_after": after.stdout.strip()}
     print(f"\n[outage] proxy away {OUTAGE_S:.0f} s ({cutter.cut} handshakes cut); nodes polling again "
           f"{', '.join(f'{i}: {back[i]:.1f} s' for i in sorted(back))} after its return; a round with all 3 "
           f"nodes finished {time.time() - t_back:.1f} s after the return (round itself {time.time() - t_round:.1f} s)")
@@ -475,6 +602,14 @@ def test_slow_clients_do_not_starve_control_health_or_the_nodes(fleet) -> None:
     assert fleet_up in (0, 503), fleet_up          # the exhausted Fleet instance had nothing left for others
     doc = _train_round(fed, tmp, "after-slow-clients")
     assert doc["rounds"][0]["num_updates"] == NODES
+    FIGURES["slow_clients"] = {
+        "connections": CONNS, "seconds": ATTACK_S, "opened": attack.opened, "peak_open": attack.peak,
+        "flwr_ls_s": round(ls_s, 1), "flwr_ls_exit": ls.returncode, "healthz": health,
+        "healthz_ms": round(health_s * 1000), "node_polls_into_attack_s": [round(min(late.values()), 1),
+                                                                           round(max(late.values()), 1)],
+        "dropped_by_proxy": attack.dropped, "median_held_s": round(float(np.median(attack.held)), 1),
+        "exhausted_fleet_128": {"fleet_request": fleet_up, "flwr_ls_exit": ls2.returncode, "healthz": health2,
+                                "round_done_after_attack_s": round(time.time() - t_back, 1)}}
     print(f"[slow clients] against FLEET_CONNECTIONS=128 (exhausted, a Fleet request got {fleet_up or 'no answer'}): "
           f"flwr ls exit {ls2.returncode}, /healthz {health2}; a round on all 3 nodes finished "
           f"{time.time() - t_back:.1f} s after the attack")
@@ -483,3 +618,53 @@ def test_slow_clients_do_not_starve_control_health_or_the_nodes(fleet) -> None:
           f"{t_full:.1f} s; {attack.failed} failed to connect): flwr ls {ls_s:.1f} s (exit 0), /healthz {health} "
           f"in {health_s * 1000:.0f} ms; node polls {min(late.values()):.1f}-{max(late.values()):.1f} s into the "
           f"attack; the proxy dropped {attack.dropped} half headers after a median {np.median(attack.held):.1f} s")
+
+
+@pytest.mark.slow
+def test_identity_theft_and_a_second_use_of_a_key_are_refused_and_the_owners_train(fleet) -> None:
+    """Node 3 (a registered key, bound to client 3) claims partition 0 while client 0's owner is online; a
+    second process starts with node 0's own key. The thief is refused by the ServerApp (identity-mismatch,
+    recorded in the round's failures) and never trains; the second use of key 0 is refused by the SuperLink at
+    activation (recorded in its log and the proxy's) and exits; the owners of 0, 1, 2 all train."""
+    from deploy.localfed import free_ports
+
+    fed, tmp, _limits = fleet
+    fed.start_node(3, tuned=False)
+    fed.wait_connected([3])
+    env = fed.env(fed.workdir / "impostor-home")
+    env.update(SUPERLINK=fed.fleet_address, RUNTIME_PORT=str(free_ports(1)[0]), TUNED="0",
+               NODE_CONFIG="partition-id=0 num-partitions=4", CA_CERT=str(fed.certs / "ca.crt"),
+               AUTH_KEY=str(fed.certs / "keys" / "supernode-0"))
+    impostor = fed._spawn("impostor-0", "supernode.sh", env)
+    try:
+        impostor.popen.wait(timeout=120)
+    finally:
+        impostor.stop(grace=2)
+    imp_log = impostor.log.read_text(errors="replace")
+    assert impostor.popen.returncode != 0 and "SuperNode ID:" not in imp_log, imp_log[-2000:]
+    assert "[code: 2004] Failed to activate SuperNode" in imp_log
+    node0 = next(b["node_id"] for b in json.loads(fed.bindings.read_text())["nodes"] if b["client_id"] == 0)
+    assert f"SuperNode with node ID {node0} could not be activated" in fed.superlink.log.read_text(errors="replace")
+    assert re.search(r'"POST /v1/fleet/activate-node HTTP/1.1" 412 ', (fed.logs / "proxy.log").read_text())
+    t0 = time.time()
+    doc = _train_round(fed, tmp, "identity")
+    r = doc["rounds"][0]
+    assert r["sampled"] == [0, 1, 2] and r["num_updates"] == NODES, r
+    stolen = [f for f in r["failures"] if f["kind"] == "identity-mismatch"]
+    node3 = next(b["node_id"] for b in json.loads(fed.bindings.read_text())["nodes"] if b["client_id"] == 3)
+    assert stolen and all(f["cid"] == 0 for f in stolen), r["failures"]   # asked at start, again after back-off
+    assert all(f"node {node3} claims client id 0, but its key is bound to client id 3" in f["reason"] for f in stolen)
+    thief_log = fed.nodes[3].log.read_text(errors="replace")
+    received = re.findall(r"INFO Receiving: ([\w.]+) message", thief_log)
+    assert fed.nodes[3].alive() and received and set(received) == {"query"}, received   # asked, never trained
+    assert "INFO Receiving: train message" in fed.nodes[2].log.read_text(errors="replace")  # what training looks like
+    listing = json.loads(fed.flwr("supernode", "list", fed.connection, "--format", "json").stdout)["nodes"]
+    owners = {int(n["node-id"]): n["status"] for n in listing}
+    bindings = json.loads(fed.bindings.read_text())["nodes"]
+    assert all(owners[b["node_id"]] == "online" for b in bindings if b["client_id"] in (0, 1, 2)), owners
+    FIGURES["identity"] = {"thief_refusals": len(stolen), "thief_received": sorted(set(received)),
+                           "impostor_exit": impostor.popen.returncode, "owners_trained": r["sampled"],
+                           "round_s": round(time.time() - t0, 1)}
+    print(f"\n[identity] thief (key bound to client 3, claiming 0): refused as identity-mismatch, never trained; "
+          f"second process with client 0's key: exit {impostor.popen.returncode} at activation (SuperLink 412); "
+          f"a round on the owners 0, 1, 2 in {time.time() - t0:.1f} s")
