@@ -82,6 +82,29 @@ def test_limits_for_a_run_config_follow_the_model_and_the_method() -> None:
                                         "CONTROL_MAX_BODY": "11264k"}
 
 
+def test_deployment_md_quotes_the_recorded_figures() -> None:
+    """The threat table's measured figures are those in benchmarks/results/hostile_fleet.json."""
+    rec = json.loads((ROOT / "benchmarks" / "results" / "hostile_fleet.json").read_text())
+    doc = (ROOT / "docs" / "DEPLOYMENT.md").read_text()
+    b, o, sc = rec["bodies"], rec["outage"], rec["slow_clients"]
+    polls = sorted(o["polling_again_s"].values())
+    quoted = [
+        f"413 from the proxy in {b['oversize']['seconds']} s, SuperLink peak RSS +{b['oversize']['peak_rss_growth_mib']} MiB",
+        f"+{b['derived']['peak_rss_growth_mib']} MiB (bound {round(b['derived']['bound_mib'])} MiB)",
+        f"+{b['default']['peak_rss_growth_mib']} MiB (bound {round(b['default']['bound_mib'])} MiB)",
+        f"{sc['connections']} half-header TLS connections held for {sc['seconds']:.0f} s",
+        f"`flwr ls` answered in {sc['flwr_ls_s']} s, `/healthz` {sc['healthz']} in {sc['healthz_ms']} ms",
+        f"after a median {sc['median_held_s']} s",
+        f"trained on all nodes {sc['exhausted_fleet_128']['round_done_after_attack_s']} s after the attack",
+        f"after a {o['away_s']:.0f} s outage that cut every handshake all three nodes polled again "
+        f"{polls[0]}-{polls[-1]} s after the proxy returned",
+    ]
+    missing = [q for q in quoted if q not in doc]
+    assert not missing, missing
+    assert sc["flwr_ls_exit"] == 0 and sc["exhausted_fleet_128"]["flwr_ls_exit"] == 0
+    assert rec["identity"]["thief_received"] == ["query"] and rec["identity"]["owners_trained"] == [0, 1, 2]
+
+
 # ============================================================================ fast: nodes that come back
 def test_flwr_gives_up_on_tls_errors_and_the_guard_retries_them() -> None:
     """flwr 1.42's own retry policy gives up on a transport error whose text says 'ssl' (what an overloaded
