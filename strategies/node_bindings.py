@@ -73,13 +73,15 @@ def owners(bindings: list[Binding]) -> dict[int, int]:
 
 
 def write(path: str | Path, bindings: list[Binding]) -> None:
-    """Write the table atomically (mode 0600), after validating it."""
+    """Write the table atomically, after validating it. Mode 0644: it holds public keys and ids only (what matters
+    is who may write it), and the SuperLink's container user must read it."""
     path = Path(path)
     doc = {"version": VERSION, "nodes": [{"node_id": b.node_id, "client_id": b.client_id, "public_key": b.public_key}
                                          for b in sorted(bindings, key=lambda b: b.client_id)]}
     parse(doc, str(path))
     tmp = path.with_name(path.name + ".tmp")
-    fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600)
+    fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o644)
+    os.fchmod(fd, 0o644)
     with os.fdopen(fd, "w") as fh:
         json.dump(doc, fh, indent=1)
     os.replace(tmp, path)

@@ -314,8 +314,19 @@ def test_no_container_gets_a_ca_key_or_an_operator_key() -> None:
     assert not any(f.endswith(("ca.key", "operator-ca.key")) or "operators/" in f for f in files)
     link = next(c for d in _k8s_docs() if d["kind"] == "Deployment"
                 for c in d["spec"]["template"]["spec"]["containers"] if c["name"] == "superlink")
-    db = next(e["value"] for e in link["env"] if e["name"] == "DATABASE")
-    assert db == "/state/superlink/superlink.db"   # /state (the PVC, fsGroup) is not the SuperLink's to chmod
+    env = {e["name"]: e["value"] for e in link["env"]}
+    assert env["DATABASE"] == "/state/superlink/superlink.db"   # /state (the PVC, fsGroup) is not ours to chmod
+    # the SuperLink container gets its TLS files only (not the operator CA), and the node bindings read-only
+    pod = next(d for d in _k8s_docs() if d["kind"] == "Deployment")["spec"]["template"]["spec"]
+    volumes = {v["name"]: v for v in pod["volumes"]}
+    mounts = {m["name"]: m for m in link["volumeMounts"]}
+    assert {i["path"] for i in volumes["tls-link"]["secret"]["items"]} == {"ca.crt", "server.crt", "server.key"}
+    assert "tls" not in mounts and mounts["bindings"]["readOnly"] is True
+    assert volumes["bindings"]["configMap"] == {"name": "node-bindings", "optional": True}
+    assert env["NODE_BINDINGS"] == "/bindings/node-bindings.json"
+    link_c = doc["services"]["superlink"]
+    assert link_c["environment"]["NODE_BINDINGS"] == "/bindings/node-bindings.json"
+    assert "./bindings:/bindings:ro" in link_c["volumes"]
 
 
 # ============================================================================ proxy configuration

@@ -152,12 +152,13 @@ def test_healthcheck_reads_the_poll_stamp(tmp_path: Path, monkeypatch: pytest.Mo
 KEY = "ecdsa-sha2-nistp384 AAAAE2VjZHNhLXNoYTItbmlzdHAzODQ"
 
 
-def test_node_bindings_are_validated_and_written_private(tmp_path: Path) -> None:
+def test_node_bindings_are_validated_and_written_atomically(tmp_path: Path) -> None:
     from strategies import node_bindings as nb
 
     table = tmp_path / "b.json"
     nb.write(table, [nb.Binding(11, 0, KEY + "A"), nb.Binding(22, 1, KEY + "B")])
-    assert oct(table.stat().st_mode & 0o777) == "0o600"
+    assert oct(table.stat().st_mode & 0o777) == "0o644"          # public keys and ids; the SuperLink user reads it
+    assert not (tmp_path / "b.json.tmp").exists()
     assert nb.owners(nb.load(table)) == {11: 0, 22: 1}
     bad = {"dup client": [(11, 0, "A"), (22, 0, "B")], "dup node": [(11, 0, "A"), (11, 1, "B")],
            "dup key": [(11, 0, "A"), (22, 1, "A")]}
