@@ -13,7 +13,6 @@ the server's per-update work.
 
 from __future__ import annotations
 
-import argparse
 import json
 import os
 import tempfile
@@ -55,10 +54,10 @@ def plain_round_cpu(cfg: dict, clients: int) -> tuple[float, list[float]]:
 
 def main() -> None:
     from benchmarks.bench_overhead import workload
-    from benchmarks.harness import machine, write_result
+    from benchmarks.harness import machine, parser, write_result
     from benchmarks.stats import summary
 
-    ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    ap = parser(__doc__)
     ap.add_argument("--dataset", default="digits")
     ap.add_argument("--clients", type=int, default=10)
     ap.add_argument("--rounds", type=int, default=40)

@@ -26,7 +26,6 @@ project's handler, imports, and Flower's own work (FAB, message pull/push, objec
 
 from __future__ import annotations
 
-import argparse
 import os
 import re
 import statistics
@@ -38,6 +37,7 @@ from typing import Any
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
+from benchmarks.harness import parser  # noqa: E402
 from deploy.localfed import LocalFederation, _parse_overrides, snapshot_app  # noqa: E402
 
 # the job the recorded results ran (deployment*.txt): the run-config defaults of that time are pinned (issue 19
@@ -150,18 +150,18 @@ def run_deploy(cfg: dict[str, Any], nodes: int, tuned: bool, workdir: Path, poll
 
 
 def main() -> None:
-    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    parser.add_argument("--rounds", type=int, default=3)
-    parser.add_argument("--nodes", type=int, default=3)
-    parser.add_argument("--modes", default="sim,stock,tuned")
-    parser.add_argument("-c", "--run-config", default="", help="extra run-config overrides (TOML pairs)")
-    parser.add_argument("--poll", type=float, default=0.5, help="tuned mode's poll interval, seconds (default 0.5)")
-    parser.add_argument("--profile-dir", default="", help="tuned mode: cProfile every forked task process here")
-    parser.add_argument("--superlink-state", choices=("sqlite", "memory"), default="sqlite",
+    ap = parser(__doc__, summary=True)
+    ap.add_argument("--rounds", type=int, default=3)
+    ap.add_argument("--nodes", type=int, default=3)
+    ap.add_argument("--modes", default="sim,stock,tuned")
+    ap.add_argument("-c", "--run-config", default="", help="extra run-config overrides (TOML pairs)")
+    ap.add_argument("--poll", type=float, default=0.5, help="tuned mode's poll interval, seconds (default 0.5)")
+    ap.add_argument("--profile-dir", default="", help="tuned mode: cProfile every forked task process here")
+    ap.add_argument("--superlink-state", choices=("sqlite", "memory"), default="sqlite",
                         help="the SuperLink's state: an SQLite file (DATABASE of deploy/superlink.sh, as documented for "
                              "production: runs and registered node keys survive a restart; the default here) or "
                              "Flower's in-memory state")
-    ns = parser.parse_args()
+    ns = ap.parse_args()
     os.environ.setdefault("OMP_NUM_THREADS", "1")
     if ns.profile_dir:
         Path(ns.profile_dir).mkdir(parents=True, exist_ok=True)
@@ -169,7 +169,7 @@ def main() -> None:
     modes = [m.strip() for m in ns.modes.split(",") if m.strip()]
     unknown = set(modes) - {"sim", "stock", "tuned"}
     if unknown:
-        parser.error(f"unknown mode(s) {sorted(unknown)}; choose from sim, stock, tuned")
+        ap.error(f"unknown mode(s) {sorted(unknown)}; choose from sim, stock, tuned")
     root = Path(tempfile.mkdtemp(prefix="bench-deploy-"))
     extra = _parse_overrides(ns.run_config)
     rows: dict[str, dict[str, Any]] = {}

@@ -15,7 +15,6 @@
 
 from __future__ import annotations
 
-import argparse
 import logging
 import os
 
@@ -23,11 +22,11 @@ os.environ.setdefault("OMP_NUM_THREADS", "1")
 
 from benchmarks.engine_costs import (engine_poll_cost, flower_node_state_cost, ray_idle_cpu,  # noqa: E402
                                      registry_cost, server_exchange_cost)
-from benchmarks.harness import machine, write_result  # noqa: E402
+from benchmarks.harness import machine, parser, write_result  # noqa: E402
 
 
 def main() -> None:
-    ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    ap = parser(__doc__)
     ap.add_argument("--clients", type=int, nargs="+", default=[10, 100, 1000])
     ap.add_argument("--sampled", type=int, default=10)
     ap.add_argument("--dataset", default="mnist-5k")

@@ -16,7 +16,6 @@ shares, applied to the measured unprofiled total.
 
 from __future__ import annotations
 
-import argparse
 import contextlib
 import cProfile
 import os
@@ -261,11 +260,11 @@ def cold_probe(dataset: str, calls: int = PROBE_CALLS) -> dict[str, float]:
 
 def main() -> None:
     from benchmarks.bench_overhead import workload
-    from benchmarks.harness import machine, write_result
+    from benchmarks.harness import loadavg, machine, parser, write_result
     from benchmarks.plain_loop import plain_fedavg
     from engines.local import run_local
 
-    ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    ap = parser(__doc__)
     ap.add_argument("--dataset", default="digits")
     ap.add_argument("--clients", type=int, default=10)
     ap.add_argument("--rounds", type=int, default=60)
@@ -328,7 +327,7 @@ def main() -> None:
            "overhead_cpu_per_round_s": overhead, "overhead_per_client_us": overhead / args.clients * 1e6,
            "profile_share_of_run": profile, "real": real,
            "engine_client_side_stubbed_per_round_s": client_s, "steps_us_per_call": steps, "cold_probe_us": probe,
-           "cold_probe_calls": PROBE_CALLS, "loadavg_after": list(os.getloadavg())}
+           "cold_probe_calls": PROBE_CALLS, "loadavg_after": loadavg()}
     print(f"learning stubbed, CPU per round (best of {args.repeats}): plain {min(plain_s) * 1e3:.2f} ms, engine "
           f"{min(engine_s) * 1e3:.2f} ms -> engine overhead {overhead * 1e3:.2f} ms per round "
           f"({out['overhead_per_client_us']:.0f} us per client)")

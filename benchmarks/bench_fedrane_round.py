@@ -21,7 +21,6 @@ docs/FEDRANE.md's table from it.
 
 from __future__ import annotations
 
-import argparse
 import cProfile
 import os
 import pstats
@@ -34,7 +33,7 @@ os.environ.setdefault("OMP_NUM_THREADS", "1")
 
 import torch  # noqa: E402
 
-from benchmarks.harness import load_result, machine, write_result  # noqa: E402
+from benchmarks.harness import loadavg, machine, parser, print_report, set_overrides, write_result  # noqa: E402
 
 PRESET = "fedrane-fmnist-dir01"
 # where a FedRANE round spends its time: (label, file suffix, function name) of the cProfile entries
@@ -160,7 +159,7 @@ def result_name(tag: str) -> str:
 
 
 def main() -> None:
-    ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    ap = parser(__doc__, summary=True)
     ap.add_argument("--clients", type=int, default=20)
     ap.add_argument("--epochs", type=int, default=1)
     ap.add_argument("--max-steps", type=int, default=0, help="cap on local steps (0: the whole epochs)")
@@ -173,18 +172,11 @@ def main() -> None:
     ap.add_argument("--tag", default="", help="result file fedrane_round-<tag>.json instead of fedrane_round.json")
     args = ap.parse_args()
     if args.report:
-        res = load_result(result_name(args.tag))
-        if res is None:
-            raise SystemExit("no benchmarks/results/fedrane_round.json: run the benchmark first")
-        print(report(res))
+        print_report(result_name(args.tag), report, "no benchmarks/results/fedrane_round.json: run the benchmark first")
         return
     torch.set_num_threads(1)
     info = machine()
-    extra = {}
-    for item in args.set:
-        key, value = item.split("=", 1)
-        extra[key] = float(value) if value.replace(".", "", 1).isdigit() and "." in value else \
-            int(value) if value.isdigit() else value
+    extra = set_overrides(args.set)
     runs: dict[str, Any] = {}
     with tempfile.TemporaryDirectory() as tmp:
         for m in args.methods:
@@ -205,7 +197,7 @@ def main() -> None:
         for label, _, _ in PHASES:
             print(f"  {label:52s} {profile[label]['cpu_s']:8.1f} s  {100 * profile[label]['share']:5.1f} %")
     path = write_result(result_name(args.tag), {
-        "machine": info, "loadavg_at_end": list(os.getloadavg()), "preset": PRESET, "clients": args.clients,
+        "machine": info, "loadavg_at_end": loadavg(), "preset": PRESET, "clients": args.clients,
         "local_epochs": args.epochs, "max_local_steps": args.max_steps, "extra": extra, "runs": runs,
         "ratio_cpu_vs_fedavg": ratios, "profile": profile, "eval_probe": probe,
         "note": "one round each, in-process, one torch thread; CPU time of this process"})

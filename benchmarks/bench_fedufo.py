@@ -14,7 +14,6 @@ CGR target max-probability / entropy, CGR and CGL losses) go to benchmarks/resul
 
 from __future__ import annotations
 
-import argparse
 import os
 import subprocess
 import time
@@ -23,7 +22,7 @@ from typing import Any
 
 os.environ.setdefault("OMP_NUM_THREADS", "1")
 
-from benchmarks.harness import load_result, machine, write_result  # noqa: E402
+from benchmarks.harness import load_result, machine, parser, write_result  # noqa: E402
 
 NAME = "fedufo"
 DOC = Path(__file__).resolve().parent.parent / "docs" / "FEDUFO.md"
@@ -104,7 +103,7 @@ def write_doc(text: str) -> None:
 
 
 def main() -> None:
-    ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    ap = parser(__doc__)
     ap.add_argument("variants", nargs="*", help=f"variants to (re)run, of {', '.join(VARIANTS)} (default: all)")
     ap.add_argument("--rounds", type=int, default=40)
     ap.add_argument("--out-root", default="/tmp/bench_fedufo")

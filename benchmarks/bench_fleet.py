@@ -44,7 +44,9 @@ from typing import Any
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 os.environ.setdefault("OMP_NUM_THREADS", "1")
 
-from benchmarks.harness import machine, memory_mib, write_result  # noqa: E402
+from benchmarks.harness import loadavg, machine, parser, write_result  # noqa: E402
+from benchmarks.procfs import (cmdline, cpu_seconds, group_and_descendants, memory_mib,  # noqa: E402
+                              mem_available_mib, process_groups)
 from benchmarks.stats import per_client_increment  # noqa: E402
 from deploy.localfed import LocalFederation, snapshot_app  # noqa: E402
 
@@ -53,57 +55,6 @@ from deploy.localfed import LocalFederation, snapshot_app  # noqa: E402
 JOB = {"method": "fedavg", "dataset": "digits", "model": "mlp", "partition": "iid", "seed": 0,
        "federated-eval-every": 1, "local-test-fraction": 0.25, "lr": 0.05, "momentum": 0.0, "weight-decay": 0.0,
        "round-timeout": 600.0, "checkpoint": False}
-TICK = os.sysconf("SC_CLK_TCK")
-
-
-# ------------------------------------------------------------------------------------- /proc readers
-def _stat(pid: int) -> list[str] | None:
-    try:
-        with open(f"/proc/{pid}/stat", "rb") as fh:
-            return fh.read().decode(errors="replace").rsplit(")", 1)[1].split()
-    except (OSError, IndexError):
-        return None
-
-
-def process_groups() -> dict[int, list[tuple[int, int]]]:
-    """pgid -> [(pid, ppid)] of every live process."""
-    groups: dict[int, list[tuple[int, int]]] = {}
-    for entry in os.listdir("/proc"):
-        if entry.isdigit() and (f := _stat(int(entry))) is not None:
-            groups.setdefault(int(f[2]), []).append((int(entry), int(f[1])))
-    return groups
-
-
-def group_and_descendants(groups: dict[int, list[tuple[int, int]]], leader: int) -> list[tuple[int, int]]:
-    """The members of ``leader``'s process group plus every descendant of ``leader`` (stock Flower starts
-    the SuperLink's SuperExec, and with it the ServerApp, in a session of its own)."""
-    members = {pid: ppid for pid, ppid in groups.get(leader, [])}
-    children: dict[int, list[tuple[int, int]]] = {}
-    for procs in groups.values():
-        for pid, ppid in procs:
-            children.setdefault(ppid, []).append((pid, ppid))
-    todo = [leader]
-    while todo:
-        for pid, ppid in children.get(todo.pop(), []):
-            if pid not in members:
-                members[pid] = ppid
-                todo.append(pid)
-    return list(members.items())
-
-
-def cpu_s(pid: int, children: bool = True) -> float:
-    """CPU seconds of ``pid`` (with ``children``: plus its already reaped children), 0 if gone."""
-    f = _stat(pid)
-    if f is None:
-        return 0.0
-    return sum(int(x) for x in f[11:15 if children else 13]) / TICK
-
-
-def _cmd(pid: int) -> str:
-    try:
-        return Path(f"/proc/{pid}/cmdline").read_bytes().replace(b"\0", b" ").decode(errors="replace")
-    except OSError:
-        return ""
 
 
 _SUPEREXEC = re.compile(r"flower-superexec|tuned\.py\s.*\ssuperexec(\s|$)")
@@ -113,7 +64,7 @@ def roles(members: list[tuple[int, int]], leader: int) -> dict[str, list[int]]:
     """Split one process group: the leader (SuperLink / SuperNode), the SuperExec (TUNED=1: deploy/tuned.py
     superexec; the task processes it forks keep its command line, so a SuperExec is one whose parent is
     not one), and the app processes (ServerApp / ClientApp)."""
-    cmds = {pid: _cmd(pid) for pid, _ in members}
+    cmds = {pid: cmdline(pid) for pid, _ in members}
     execs = {pid for pid, ppid in members if pid != leader and _SUPEREXEC.search(cmds[pid])
              and not _SUPEREXEC.search(cmds.get(ppid, ""))}
     out: dict[str, list[int]] = {"leader": [], "superexec": [], "app": []}
@@ -143,14 +94,6 @@ def wait_for_memory(need_mib: float, timeout: float) -> float:
     return time.time() - t0
 
 
-def mem_available_mib() -> float:
-    with open("/proc/meminfo") as fh:
-        for line in fh:
-            if line.startswith("MemAvailable:"):
-                return int(line.split()[1]) / 1024
-    raise RuntimeError("no MemAvailable in /proc/meminfo")
-
-
 class FleetSampler(threading.Thread):
     """Every ``interval`` s: RSS/PSS/USS per role of the SuperLink group and of every node group, CPU time
     of the SuperLink process and of the whole fleet. If the machine's available memory falls below
@@ -174,8 +117,8 @@ class FleetSampler(threading.Thread):
 
         link_members = group_and_descendants(groups, self.link_pgid)
         link = roles(link_members, self.link_pgid)
-        row: dict[str, Any] = {"t": time.time(), "superlink_cpu_s": cpu_s(self.link_pgid, children=False),
-                               "link_group_cpu_s": sum(cpu_s(p) for p, _ in link_members)}
+        row: dict[str, Any] = {"t": time.time(), "superlink_cpu_s": cpu_seconds(self.link_pgid, children=False),
+                               "link_group_cpu_s": sum(cpu_seconds(p) for p, _ in link_members)}
         for role, key in (("leader", "superlink"), ("superexec", "link_superexec"), ("app", "serverapp")):
             row[key] = mem(link[role])
         nodes, fleet_cpu = {}, 0.0
@@ -185,7 +128,7 @@ class FleetSampler(threading.Thread):
             base = mem(parts["leader"] + parts["superexec"])
             app = mem(parts["app"])
             nodes[i] = {"base": base, "app": app, "apps": len(parts["app"])}
-            fleet_cpu += sum(cpu_s(p) for p, _ in members)
+            fleet_cpu += sum(cpu_seconds(p) for p, _ in members)
         row["nodes"], row["nodes_cpu_s"] = nodes, fleet_cpu
         row["mem_available_mib"] = mem_available_mib()
         if row["mem_available_mib"] < self.min_available_mib and self.low_memory is None:
@@ -518,7 +461,7 @@ def projection(fleets: list[dict[str, Any]], rounds: int, project: int) -> dict[
 
 
 def main() -> None:
-    ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    ap = parser(__doc__)
     ap.add_argument("--nodes", type=int, nargs="+", default=[3, 10, 30])
     ap.add_argument("--rounds", type=int, default=3)
     ap.add_argument("--mode", choices=("tuned", "stock"), default="tuned")
@@ -566,7 +509,7 @@ def main() -> None:
         elif "idle" in fleets[-1] and args.idle_only:
             node_mib = max(args.node_mib, fleets[-1]["idle"]["memory"]["node_base_uss_max"])
     payload = {"machine": started, "args": vars(args), "job": JOB, "fleets": fleets,
-               "loadavg_at_end": list(os.getloadavg())}
+               "loadavg_at_end": loadavg()}
     measured = [f for f in fleets if ("idle" if args.idle_only else "job") in f]
     if len(measured) >= 2:
         proj = payload["projection"] = projection(measured, args.rounds, args.project)

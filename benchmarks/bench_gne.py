@@ -22,7 +22,6 @@ Inputs: mlp and convnet on 1x28x28 (MNIST-shaped), resnet18 on 3x32x32 (CIFAR-sh
 
 from __future__ import annotations
 
-import argparse
 import math
 import os
 import statistics
@@ -34,7 +33,7 @@ import numpy as np  # noqa: E402
 import torch  # noqa: E402
 import torch.nn.functional as F  # noqa: E402
 
-from benchmarks.harness import machine, write_result  # noqa: E402
+from benchmarks.harness import machine, parser, write_result  # noqa: E402
 from client_app.training import OptimConfig, make_optimizer  # noqa: E402
 from flcore.config import RunConfig, resolve_run_config  # noqa: E402
 from models import build_model  # noqa: E402
@@ -128,7 +127,7 @@ def step_seconds(model: str, steps: int, batch: int) -> dict[str, float]:
 
 
 def main() -> None:
-    ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    ap = parser(__doc__)
     ap.add_argument("--models", nargs="+", default=["mlp", "convnet", "resnet18"], choices=sorted(INPUT_SHAPES))
     ap.add_argument("--clients", nargs="+", type=int, default=[10, 50, 100])
     ap.add_argument("--solvers", nargs="+", default=["cvxpy", "newton"], choices=["cvxpy", "newton"])

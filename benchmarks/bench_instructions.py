@@ -103,9 +103,9 @@ def measure(variant: str, args: argparse.Namespace, tmp: Path) -> dict:
 
 
 def main() -> None:
-    from benchmarks.harness import machine, write_result
+    from benchmarks.harness import machine, parser, write_result
 
-    ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    ap = parser(__doc__)
     ap.add_argument("--dataset", default="digits")
     ap.add_argument("--rounds", type=int, default=10, help="instrumented rounds (after 2 uninstrumented ones)")
     ap.add_argument("--clients", type=int, default=10)

@@ -19,7 +19,6 @@ tables of docs/FEDRANE.md from that file instead of measuring.
 
 from __future__ import annotations
 
-import argparse
 import json
 import os
 import statistics
@@ -32,7 +31,7 @@ os.environ.setdefault("OMP_NUM_THREADS", "1")
 
 import torch  # noqa: E402
 
-from benchmarks.harness import load_result, machine, write_result  # noqa: E402
+from benchmarks.harness import loadavg, machine, parser, print_report, write_result  # noqa: E402
 from data_partitioning.federated import global_test_set  # noqa: E402
 from data_partitioning.support import training_pool_sample  # noqa: E402
 from flcore.config import RunConfig, resolve_run_config  # noqa: E402
@@ -118,17 +117,14 @@ def report(res: dict[str, Any]) -> str:
 
 
 def main() -> None:
-    ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    ap = parser(__doc__, summary=True)
     ap.add_argument("--rounds", type=int, default=10)
     ap.add_argument("--clients", type=int, default=10)
     ap.add_argument("--repeats", type=int, default=3)
     ap.add_argument("--report", action="store_true", help="print docs/FEDRANE.md's tables from the result file")
     args = ap.parse_args()
     if args.report:
-        res = load_result("lra_eval")
-        if res is None:
-            raise SystemExit("no benchmarks/results/lra_eval.json: run the benchmark first")
-        print(report(res))
+        print_report("lra_eval", report)
         return
     torch.set_num_threads(1)
     info = machine()
@@ -139,7 +135,7 @@ def main() -> None:
         modes = time_modes(values, final, args.clients, args.repeats)
     values.pop("out-dir", None)
     path = write_result("lra_eval", {
-        "machine": info, "loadavg_at_end": list(os.getloadavg()), "clients": args.clients, "rounds": args.rounds,
+        "machine": info, "loadavg_at_end": loadavg(), "clients": args.clients, "rounds": args.rounds,
         "run_config": values, "run_seconds": run_s, "rounds_measured": rows, "eval_modes": modes,
         "note": "accuracy per mode is information only; no default was chosen on it"})
     print(f"wrote {path}")

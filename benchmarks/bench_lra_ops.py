@@ -18,7 +18,6 @@ initial model, each graph path of bench_fedrane_round's probe. Writes benchmarks
 
 from __future__ import annotations
 
-import argparse
 import os
 import tempfile
 from pathlib import Path
@@ -30,7 +29,7 @@ import torch  # noqa: E402
 from torch.utils._python_dispatch import TorchDispatchMode  # noqa: E402
 
 from benchmarks.bench_fedrane_round import PRESET, PROBE, job  # noqa: E402
-from benchmarks.harness import load_result, machine, write_result  # noqa: E402
+from benchmarks.harness import machine, parser, print_report, write_result  # noqa: E402
 
 RESULT = "lra_ops"
 NO_EVAL = {"test-evaluation": False, "local-test-fraction": 0.0}  # the step-counting rounds: training alone
@@ -102,7 +101,7 @@ def report(res: dict[str, Any]) -> str:
 
 
 def main() -> None:
-    ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    ap = parser(__doc__, summary=True)
     ap.add_argument("--clients", type=int, default=2)
     ap.add_argument("--steps", type=int, nargs=2, default=[2, 6], metavar=("LOW", "HIGH"))
     ap.add_argument("--methods", nargs="*", default=["fedavg", "fedrane", "fedrane-code"])
@@ -110,10 +109,7 @@ def main() -> None:
     ap.add_argument("--report", action="store_true")
     args = ap.parse_args()
     if args.report:
-        res = load_result(RESULT)
-        if res is None:
-            raise SystemExit(f"no benchmarks/results/{RESULT}.json: run the benchmark first")
-        print(report(res))
+        print_report(RESULT, report)
         return
     if args.methods[0] != "fedavg":
         raise SystemExit("--methods must start with fedavg (the ratios are to FedAvg's)")

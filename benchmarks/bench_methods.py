@@ -24,7 +24,7 @@ os.environ.setdefault("OMP_NUM_THREADS", "1")
 
 import torch  # noqa: E402
 
-from benchmarks.harness import machine, run_inprocess, write_result  # noqa: E402
+from benchmarks.harness import machine, parser, run_inprocess, write_result  # noqa: E402
 from benchmarks.stats import summary  # noqa: E402
 
 DEFAULT_METHODS = ("fedavg", "fedprox", "scaffold", "moon", "fedufo", "fedbr", "fedbc", "fedbc-finetune", "per-fedbc",
@@ -63,7 +63,7 @@ def run_method(method: str, args: argparse.Namespace) -> dict:
 
 
 def main() -> None:
-    ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    ap = parser(__doc__)
     ap.add_argument("--methods", nargs="+", default=list(DEFAULT_METHODS))
     ap.add_argument("--repeats", type=int, default=2)
     ap.add_argument("--rounds", type=int, default=3)

@@ -34,7 +34,8 @@ os.environ.setdefault("OMP_NUM_THREADS", "1")
 
 import torch  # noqa: E402
 
-from benchmarks.harness import machine, run_flower, run_inprocess, tree_cpu_seconds, write_result  # noqa: E402
+from benchmarks.harness import (loadavg, machine, parser, run_flower, run_inprocess, set_overrides,  # noqa: E402
+                                tree_cpu_seconds, write_result)
 from benchmarks.plain_loop import plain_fedavg  # noqa: E402
 from benchmarks.stats import paired_ratios, steady_state, summary  # noqa: E402
 
@@ -85,26 +86,6 @@ def run_variant(name: str, cfg: dict, clients: int, workers: int) -> dict:
     return out
 
 
-def _value(text: str) -> object:
-    """A --set value: int, float, true/false, else the string."""
-    for cast in (int, float):
-        try:
-            return cast(text)
-        except ValueError:
-            pass
-    return {"true": True, "false": False}.get(text.lower(), text)
-
-
-def overrides(pairs: list[str]) -> dict:
-    out = {}
-    for pair in pairs:
-        key, sep, value = pair.partition("=")
-        if not sep:
-            raise SystemExit(f"--set expects key=value, got {pair!r}")
-        out[key] = _value(value)
-    return out
-
-
 def ratios_of(variants: tuple[str, ...]) -> list[tuple[str, str]]:
     return [(n, d) for n, d in RATIOS if n in variants and d in variants]
 
@@ -115,7 +96,7 @@ def one_repeat(k: int, args: argparse.Namespace, workers: int) -> dict:
     rep: dict = {"order": list(order)}
     for name in order:
         with tempfile.TemporaryDirectory(prefix="bench_overhead_") as tmp:
-            cfg = {**workload(args.rounds, tmp, args.dataset, args.max_steps), **overrides(args.set)}
+            cfg = {**workload(args.rounds, tmp, args.dataset, args.max_steps), **set_overrides(args.set)}
             rep[name] = run_variant(name, cfg, args.clients, workers)
     ref = rep[variants[0]]["accuracy"]
     rep["identical_accuracy"] = all(
@@ -128,7 +109,7 @@ def one_repeat(k: int, args: argparse.Namespace, workers: int) -> dict:
     for num, den in ratios_of(variants):
         rep[f"{num}/{den}"] = rep[num]["per_round_s"] / rep[den]["per_round_s"]
         rep[f"{num}/{den} cpu"] = rep[num]["cpu_per_round_s"] / rep[den]["cpu_per_round_s"]
-    rep["loadavg_after"] = list(os.getloadavg())
+    rep["loadavg_after"] = loadavg()
     return rep
 
 
@@ -150,7 +131,7 @@ def summarise(reps: list[dict], workers: int, variants: tuple[str, ...]) -> dict
 
 
 def main() -> None:
-    ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    ap = parser(__doc__)
     ap.add_argument("--repeats", type=int, default=3)
     ap.add_argument("--rounds", type=int, default=6)
     ap.add_argument("--clients", type=int, default=10)

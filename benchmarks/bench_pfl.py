@@ -14,7 +14,6 @@ data already in memory, imports done).
 
 from __future__ import annotations
 
-import argparse
 import json
 import os
 import subprocess
@@ -26,7 +25,7 @@ os.environ.setdefault("OMP_NUM_THREADS", "1")
 
 import numpy as np  # noqa: E402
 
-from benchmarks.harness import machine, write_result  # noqa: E402
+from benchmarks.harness import machine, parser, write_result  # noqa: E402
 from benchmarks.stats import paired_ratios, steady_state, summary  # noqa: E402
 
 SIDE = Path(__file__).resolve().parent / "pfl_side.py"
@@ -58,7 +57,7 @@ def export_job(path: Path, dataset: str, clients: int, seed: int = 0) -> dict:
 
 
 def main() -> None:
-    ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    ap = parser(__doc__)
     ap.add_argument("--dataset", default="digits")
     ap.add_argument("--clients", type=int, default=10)
     ap.add_argument("--rounds", type=int, default=6)

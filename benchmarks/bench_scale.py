@@ -26,14 +26,13 @@ superlinear all-client exchanges.
 
 from __future__ import annotations
 
-import argparse
 import os
 import tempfile
 
 os.environ.setdefault("OMP_NUM_THREADS", "1")
 
-from benchmarks.harness import (MemorySampler, load_result, machine, run_flower, run_inprocess,  # noqa: E402
-                                write_result)
+from benchmarks.harness import (MemorySampler, load_result, loadavg, machine, parser, run_flower,  # noqa: E402
+                                run_inprocess, write_result)
 from benchmarks.stats import growth_exponent, per_client_increment, steady_state, summary  # noqa: E402
 
 
@@ -136,7 +135,7 @@ def one_run(clients: int, sampled: int, rounds: int, workers: int, eval_clients:
         "memory_samples": len(mem.series),
         "final_global_accuracy": rows[-1]["global_accuracy"],
         "client_eval_answered": len(rows[-1].get("per_client", {}) or {}),
-        "loadavg_after": list(os.getloadavg()),
+        "loadavg_after": loadavg(),
     }
 
 
@@ -145,7 +144,7 @@ def _mib(value: float | None) -> str:
 
 
 def main() -> None:
-    ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    ap = parser(__doc__)
     ap.add_argument("--clients", type=int, nargs="+", default=[10, 100, 1000])
     ap.add_argument("--sampled", type=int, default=10)
     ap.add_argument("--rounds", type=int, default=5)
@@ -232,7 +231,7 @@ def main() -> None:
             print(f"[flower engine] N={n:5d}, {pending:5d} pending: one polling cycle {c['first_cycle_cpu_ms']:.0f} ms "
                   f"cpu (delivering), {c['later_cycle_cpu_ms']:.0f} ms (nothing new; every 0.1 s)", flush=True)
     path = write_result(args.name, {"machine": started, "args": vars(args), "runs": runs, "growth": growth,
-                                    "poll_cycles": cycles, "loadavg_at_end": list(os.getloadavg())})
+                                    "poll_cycles": cycles, "loadavg_at_end": loadavg()})
     print(f"wrote {path}")
 
 

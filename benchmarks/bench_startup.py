@@ -14,7 +14,6 @@ minus one steady round (the median interval between later round ends), counted
 
 from __future__ import annotations
 
-import argparse
 import json
 import os
 import subprocess
@@ -26,7 +25,7 @@ CHILD = r"""
 import json, os, sys, time
 t_main = time.time()
 os.environ.setdefault("OMP_NUM_THREADS", "1")
-from benchmarks.harness import round_clock, tree_cpu_seconds
+from benchmarks.harness import loadavg, parser, round_clock, tree_cpu_seconds
 engine, workers, dataset, out = sys.argv[1], int(sys.argv[2]), sys.argv[3], sys.argv[4]
 if engine == "ray":
     from experiments.simulate import simulate
@@ -67,14 +66,14 @@ def measure(engine: str, workers: int, dataset: str) -> dict:
             "cpu_startup_from_call_s": cpu["startup_s"] - r["c_call"],
             "interpreter_s": r["t_main"] - t_spawn, "imports_s": r["t_imported"] - r["t_main"],
             "cpu_imports_s": r["c_imported"], "per_round_s": wall["per_round_s"],
-            "loadavg_after": list(os.getloadavg())}
+            "loadavg_after": loadavg()}
 
 
 def main() -> None:
     from benchmarks.harness import machine, write_result
     from benchmarks.stats import summary
 
-    ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    ap = parser(__doc__)
     ap.add_argument("--datasets", nargs="+", default=["mnist-5k", "digits"])
     ap.add_argument("--configs", nargs="+", default=["inprocess:1", "inprocess:2", "ray:2"],
                     help="engine:workers (for ray: its CPUs)")

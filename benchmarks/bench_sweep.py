@@ -17,7 +17,6 @@ ninth run of a sweep rebuilt the model for every message: digits 23.3 -> 31.7 ms
 
 from __future__ import annotations
 
-import argparse
 import os
 import statistics
 import tempfile
@@ -33,7 +32,7 @@ def sweep(dataset: str, clients: int, rounds: int, runs: int, out_dir: str) -> l
     """One row per run: lr, CPU per round, model builds, resident MiB after the run."""
     from benchmarks.bench_client_floor import engine_round_cpu
     from benchmarks.bench_overhead import workload
-    from benchmarks.harness import memory_mib
+    from benchmarks.procfs import memory_mib
     from client_app.model_pool import POOL
 
     rows = []
@@ -60,9 +59,9 @@ def summarise(rows: list[dict]) -> dict:
 
 
 def main() -> None:
-    from benchmarks.harness import machine, write_result
+    from benchmarks.harness import machine, parser, write_result
 
-    ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    ap = parser(__doc__)
     ap.add_argument("--dataset", default="digits")
     ap.add_argument("--clients", type=int, default=10)
     ap.add_argument("--rounds", type=int, default=10)

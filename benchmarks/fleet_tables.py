@@ -14,7 +14,6 @@ the projected size).
 
 from __future__ import annotations
 
-import argparse
 import re
 import sys
 from pathlib import Path
@@ -22,7 +21,7 @@ from typing import Any, Callable
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
-from benchmarks.harness import load_result  # noqa: E402
+from benchmarks.harness import load_result, parser  # noqa: E402
 from flcore.stack import describe  # noqa: E402
 
 DOC = Path(__file__).resolve().parents[1] / "docs" / "SCALING.md"
@@ -251,7 +250,7 @@ def rewrite(text: str, load: Callable[[str], dict[str, Any]] = _need) -> str:
 
 
 def main() -> None:
-    ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    ap = parser(__doc__)
     ap.add_argument("--print", action="store_true", help="print the rewritten doc instead of writing it")
     ap.add_argument("--doc", type=Path, default=DOC)
     args = ap.parse_args()

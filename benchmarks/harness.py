@@ -10,6 +10,7 @@ round ends is the full cost of a round.
 
 from __future__ import annotations
 
+import argparse
 import contextlib
 import json
 import os
@@ -20,80 +21,13 @@ import time
 from pathlib import Path
 from typing import Any, Callable, Iterator, Mapping
 
+from benchmarks.procfs import cpu_seconds, process_tree, pss_mib
 from flcore.stack import stack_info
 
 RESULTS_DIR = Path(__file__).resolve().parent / "results"
 
 
-# ------------------------------------------------------------------------------------- memory
-def _children_map() -> dict[int, list[int]]:
-    kids: dict[int, list[int]] = {}
-    for entry in os.listdir("/proc"):
-        if not entry.isdigit():
-            continue
-        try:
-            with open(f"/proc/{entry}/stat", "rb") as fh:
-                stat = fh.read().decode(errors="replace")
-            ppid = int(stat.rsplit(")", 1)[1].split()[1])
-        except (OSError, IndexError, ValueError):
-            continue
-        kids.setdefault(ppid, []).append(int(entry))
-    return kids
-
-
-def process_tree(root: int | None = None) -> list[int]:
-    """``root`` (default: this process) and all its descendants."""
-    root = root or os.getpid()
-    kids = _children_map()
-    out, todo = [], [root]
-    while todo:
-        pid = todo.pop()
-        out.append(pid)
-        todo.extend(kids.get(pid, []))
-    return out
-
-
-def pss_mib(pid: int) -> float:
-    """Proportional set size of one process in MiB (shared pages split among their users), 0 if gone."""
-    try:
-        with open(f"/proc/{pid}/smaps_rollup") as fh:
-            for line in fh:
-                if line.startswith("Pss:"):
-                    return int(line.split()[1]) / 1024.0
-    except OSError:
-        pass
-    return 0.0
-
-
-def memory_mib(pid: int) -> tuple[float, float, float]:
-    """(RSS, PSS, USS) of one process in MiB, zeros if gone. RSS counts shared library pages in full,
-    PSS splits them among their users (sums to physical memory), USS counts private pages only (what
-    one more such process costs on a machine that already runs one)."""
-    vals = {"Rss": 0, "Pss": 0, "Private_Clean": 0, "Private_Dirty": 0}
-    try:
-        with open(f"/proc/{pid}/smaps_rollup") as fh:
-            for line in fh:
-                key, _, rest = line.partition(":")
-                if key in vals:
-                    vals[key] = int(rest.split()[0])
-    except (OSError, ValueError, IndexError):
-        pass
-    return vals["Rss"] / 1024, vals["Pss"] / 1024, (vals["Private_Clean"] + vals["Private_Dirty"]) / 1024
-
-
-_TICKS = os.sysconf("SC_CLK_TCK") if hasattr(os, "sysconf") else 100
-
-
-def cpu_seconds(pid: int) -> float:
-    """user + system CPU time of a process and of its already-reaped children, 0 if gone."""
-    try:
-        with open(f"/proc/{pid}/stat", "rb") as fh:
-            fields = fh.read().decode(errors="replace").rsplit(")", 1)[1].split()
-        return sum(int(x) for x in fields[11:15]) / _TICKS  # utime stime cutime cstime
-    except (OSError, IndexError, ValueError):
-        return 0.0
-
-
+# ------------------------------------------------------------------------------------- memory and CPU
 def tree_cpu_seconds(root: int | None = None) -> float:
     """CPU seconds used so far by this process tree (the driver and every Ray process it started).
 
@@ -258,11 +192,7 @@ def run_flower(overrides: Mapping[str, Any], num_supernodes: int, total_cpus: in
                 continue
             t_end = time.time()
         break
-    rounds = [(t, c) for t, c, text in lines if text.startswith("[round ")]
-    first = next((t for t, _, text in lines if " clients, " in text and "rounds ->" in text), None)
-    return {"t_start": t0, "cpu_start": c0, "round_ends": [t for t, _ in rounds],
-            "round_end_cpu": [c for _, c in rounds], "t_registered": first, "t_end": t_end, "doc": doc,
-            "exchanges": calls, "start_attempts": attempt + 1}
+    return {**_clocked(lines, calls, t0, c0, t_end, doc), "start_attempts": attempt + 1}
 
 
 def run_inprocess(overrides: Mapping[str, Any], num_nodes: int, workers: int = 1,
@@ -275,6 +205,13 @@ def run_inprocess(overrides: Mapping[str, Any], num_nodes: int, workers: int = 1
         t0, c0 = time.time(), tree_cpu_seconds()
         doc = run_local(dict(overrides), num_nodes, engine="inprocess", workers=workers)
         t_end = time.time()
+    return _clocked(lines, calls, t0, c0, t_end, doc)
+
+
+def _clocked(lines: list[tuple[float, float | None, str]], calls: list[dict], t0: float, c0: float, t_end: float,
+             doc: Any) -> dict[str, Any]:
+    """What run_flower and run_inprocess return: the round ends (time, tree CPU) from the progress lines, the
+    time every client had registered (the "N clients, R rounds ->" line), the exchanges and the doc."""
     rounds = [(t, c) for t, c, text in lines if text.startswith("[round ")]
     first = next((t for t, _, text in lines if " clients, " in text and "rounds ->" in text), None)
     return {"t_start": t0, "cpu_start": c0, "round_ends": [t for t, _ in rounds],
@@ -296,6 +233,11 @@ def machine() -> dict[str, Any]:
             "cuda": torch.cuda.is_available()}
 
 
+def loadavg() -> list[float]:
+    """The 1, 5 and 15 minute load averages (what else ran beside a measurement on a shared machine)."""
+    return list(os.getloadavg())
+
+
 def write_result(name: str, payload: dict[str, Any]) -> Path:
     RESULTS_DIR.mkdir(parents=True, exist_ok=True)
     path = RESULTS_DIR / f"{name}.json"
@@ -307,6 +249,45 @@ def write_result(name: str, payload: dict[str, Any]) -> Path:
 def load_result(name: str) -> dict[str, Any] | None:
     path = RESULTS_DIR / f"{name}.json"
     return json.loads(path.read_text()) if path.exists() else None
+
+
+def print_report(name: str, render: Callable[[dict[str, Any]], str], missing: str | None = None) -> None:
+    """``--report``: print ``render`` of benchmarks/results/<name>.json; exit with ``missing`` (default: a line
+    naming the file) when the benchmark has not written it yet."""
+    res = load_result(name)
+    if res is None:
+        raise SystemExit(missing or f"no benchmarks/results/{name}.json: run the benchmark first")
+    print(render(res))
+
+
+# ------------------------------------------------------------------------------------- command line
+def parser(doc: str | None, summary: bool = False) -> argparse.ArgumentParser:
+    """A benchmark's argument parser: ``doc`` (its module docstring) as the help text, kept as written, or
+    with ``summary`` only its first paragraph."""
+    if summary:
+        return argparse.ArgumentParser(description=(doc or "").split("\n\n")[0])
+    return argparse.ArgumentParser(description=doc, formatter_class=argparse.RawDescriptionHelpFormatter)
+
+
+def set_value(text: str) -> object:
+    """A ``--set`` value: int, float, true/false, else the string."""
+    for cast in (int, float):
+        try:
+            return cast(text)
+        except ValueError:
+            pass
+    return {"true": True, "false": False}.get(text.lower(), text)
+
+
+def set_overrides(pairs: list[str]) -> dict[str, Any]:
+    """``--set key=value ...``: run-config overrides with typed values (:func:`set_value`)."""
+    out = {}
+    for pair in pairs:
+        key, sep, value = pair.partition("=")
+        if not sep:
+            raise SystemExit(f"--set expects key=value, got {pair!r}")
+        out[key] = set_value(value)
+    return out
 
 
 def timed(fn: Callable[[], Any]) -> tuple[float, Any]:

@@ -10,14 +10,13 @@ accuracy, the updates kept and the rejections by kind, the CPU seconds and the l
 
 from __future__ import annotations
 
-import argparse
 import json
 import os
 import tempfile
 import time
 from typing import Any
 
-from benchmarks.harness import RESULTS_DIR
+from benchmarks.harness import RESULTS_DIR, parser
 from flcore.presets import get_preset
 
 OUT = RESULTS_DIR / "preset_check.json"
@@ -72,7 +71,7 @@ def check(name: str, variant: dict[str, Any], rounds: int, steps: int) -> dict[s
 
 
 def main(argv: list[str] | None = None) -> int:
-    ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    ap = parser(__doc__, summary=True)
     ap.add_argument("preset")
     ap.add_argument("--rounds", type=int, default=3)
     ap.add_argument("--steps", type=int, default=10, help="max-local-steps of every client")

@@ -22,7 +22,6 @@ federations.
 
 from __future__ import annotations
 
-import argparse
 import json
 import math
 import tempfile
@@ -31,7 +30,7 @@ import tomllib
 from pathlib import Path
 from typing import Any
 
-from benchmarks.harness import RESULTS_DIR
+from benchmarks.harness import RESULTS_DIR, parser
 from flcore.config import PROJECT_ROOT, RunConfig, resolve_run_config
 
 OUT = RESULTS_DIR / "screen_rejections.json"
@@ -193,7 +192,7 @@ def totals(settings_: dict[str, Any]) -> dict[str, dict[str, int]]:
 
 
 def main(argv: list[str] | None = None) -> int:
-    ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    ap = parser(__doc__, summary=True)
     ap.add_argument("--only", nargs="*", help="setting names (or prefixes) to run")
     ap.add_argument("--rounds", type=int, help="cap on rounds per setting (default: the setting's own)")
     ap.add_argument("--seeds", type=int, nargs="*", default=[0], help="seeds of the Fashion-MNIST setting")

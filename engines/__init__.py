@@ -14,7 +14,8 @@
 - :mod:`engines.delivery` what happens to one message at a node (Flower's engine semantics);
 - :mod:`engines.copying`  copies of messages, records and Contexts at the boundary;
 - :mod:`engines.ray`      Flower's Simulation Engine (what ``flwr run . local`` uses);
-- :mod:`engines.ray_faults`  crashed Ray workers: restarted (engine 'ray') or the run stopped (``flwr run``);
+- :mod:`engines.ray_faults`  crashed Ray workers: restarted (engine 'ray'); the ServerApp stops a run whose
+                          worker stays dead (``flwr run``: :mod:`server_app.worker_watch`);
 - :mod:`engines.ray_session` the Ray processes of a run: stopped at its end and on SIGINT/SIGTERM, leftovers
                           of a killed run reported at the next start;
 - :mod:`engines.local`    ``run_local``: the real ServerApp on either engine -> the results document.

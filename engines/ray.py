@@ -29,9 +29,10 @@ from flwr.serverapp import Grid, ServerApp
 from flwr.simulation import run_simulation
 
 from engines.grid import DEFAULT_CLIENT_APP, load_client_app
-from engines.ray_faults import ACTOR_FAULT_TOLERANCE, DelegatingGrid
+from engines.ray_faults import ACTOR_FAULT_TOLERANCE
 from engines.ray_session import RaySession, RunStopped, StopSignals
 from flcore.config import RunConfig
+from server_app.worker_watch import DelegatingGrid
 
 
 class RunInterrupted(Exception):

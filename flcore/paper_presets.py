@@ -1,5 +1,5 @@
-"""The paper presets (applied by flcore/presets.py; listed by `noniid-fl methods`; docs/PRESETS.md is generated
-from this table by ``python -m flcore.presets_doc``).
+"""The paper presets and their record type :class:`Preset` (applied by flcore/presets.py; listed by `noniid-fl
+methods`; docs/PRESETS.md is generated from this table by ``python -m flcore.presets_doc``).
 
 Rules of the table. ``values`` holds every key a preset sets. A key the paper states is cited in ``source``; a key
 it does not state is also in ``choices``, with the reason for our value. Where the paper's setting cannot be
@@ -12,9 +12,24 @@ Seeds (/work/shared/seeds): 000 FedRANE, 001 FedBC, 002 FedUFO, 003 FedBR, 004 n
 
 from __future__ import annotations
 
-from typing import Any
+from dataclasses import dataclass, field
+from typing import Any, Mapping
 
-from flcore.presets import Preset
+
+@dataclass(frozen=True)
+class Preset:
+    """One paper setting. ``values``: run-config key -> value, each one the paper states (cite in ``source``);
+    ``choices``: key -> why we chose the value where the paper is silent (those keys are in ``values`` too)."""
+
+    name: str
+    paper: str
+    setting: str
+    source: str
+    values: Mapping[str, Any]
+    choices: Mapping[str, str] = field(default_factory=dict)
+    num_supernodes: int = 0          # clients of the paper's federation (simulation nodes)
+    scale: str = "paper"             # "paper": needs a torchvision data root / GPU-scale compute; "offline": runs here
+
 
 # --------------------------------------------------------------------------------------------- FedRANE (seed 000)
 RANE = ("FedRANE: Liao et al., 'Joint Local Relational Augmentation and Global Nash Equilibrium for FL with "

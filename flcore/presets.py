@@ -1,8 +1,8 @@
 """Paper presets: ``preset='<paper>-<setting>'`` sets every hyper-parameter a paper states for one of its settings.
 
 A :class:`Preset` is a named set of run-config values (common and sectioned keys) with the paper it comes from
-and, for each value the paper does not state, what we chose and why (``choices``). The table lives in
-``flcore/paper_presets.py``; this module applies it.
+and, for each value the paper does not state, what we chose and why (``choices``). The table and its record type
+live in ``flcore/paper_presets.py`` (which imports nothing of this module); this module applies it.
 
 Precedence: declared default < preset < what the user sets. Where the explicit overrides are known (``noniid-fl
 run -c``, the experiments runner: :func:`flcore.config.resolve_run_config`) that rule is exact: the preset is
@@ -16,37 +16,21 @@ apply it again.
 
 from __future__ import annotations
 
-from dataclasses import dataclass, field
 from typing import Any, Mapping
 
+import flcore.paper_presets as paper_table
+from flcore.paper_presets import Preset
 from flcore.schema import ConfigError, KeySpec, coerce
-
-
-@dataclass(frozen=True)
-class Preset:
-    """One paper setting. ``values``: run-config key -> value, each one the paper states (cite in ``source``);
-    ``choices``: key -> why we chose the value where the paper is silent (those keys are in ``values`` too)."""
-
-    name: str
-    paper: str
-    setting: str
-    source: str
-    values: Mapping[str, Any]
-    choices: Mapping[str, str] = field(default_factory=dict)
-    num_supernodes: int = 0          # clients of the paper's federation (simulation nodes)
-    scale: str = "paper"             # "paper": needs a torchvision data root / GPU-scale compute; "offline": runs here
 
 
 def presets() -> dict[str, Preset]:
     """Every preset by name."""
-    from flcore.paper_presets import PRESETS
-
-    table: dict[str, Preset] = {}
-    for p in PRESETS:
-        if p.name in table:
+    out: dict[str, Preset] = {}
+    for p in paper_table.PRESETS:  # (read at each call: a test may add a preset to the table)
+        if p.name in out:
             raise ValueError(f"preset '{p.name}' is declared twice")
-        table[p.name] = p
-    return table
+        out[p.name] = p
+    return out
 
 
 def get_preset(name: str) -> Preset:

@@ -13,11 +13,11 @@ import logging
 from flwr.app import Context
 from flwr.serverapp import Grid, ServerApp
 
-from engines.ray_faults import WorkerWatchGrid
 from flcore.config import ConfigError
 from server_app.outputs import prepare_out_dir
 from server_app.preflight import check
 from server_app.runner import run_federation
+from server_app.worker_watch import WorkerWatchGrid
 
 app = ServerApp()
 log = logging.getLogger("flwr")
@@ -31,4 +31,4 @@ def main(grid: Grid, context: Context) -> None:
         log.error("noniid-fl: refused before round 1: %s", exc)
         raise ConfigError(str(exc)) from None
     prepare_out_dir(cfg.out_dir, cfg.overwrite, cfg.resume_from)
-    run_federation(WorkerWatchGrid(grid, resume_hint=cfg.out_dir), cfg)  # crashed Ray workers: engines/ray_faults.py
+    run_federation(WorkerWatchGrid(grid, resume_hint=cfg.out_dir), cfg)  # crashed Ray workers: server_app/worker_watch.py

@@ -50,3 +50,15 @@ def flat_norm(params: Params) -> float:
     infinite norm is the answer, which the update checks reject by name)."""
     with np.errstate(over="ignore"):
         return float(np.sqrt(sum(float(np.sum(np.asarray(v, np.float64) ** 2)) for v in params.values())))
+
+
+def a_norm(steps: int, momentum: float = 0.0) -> float:
+    """||a_k||_1 for ``steps`` local SGD steps with heavy-ball momentum rho (rho = 0: the step count): how far
+    those steps move a model relative to one plain SGD step (FedNova's normaliser, strategies/fednova.py; the
+    update screen's step scale, strategies/validation.py)."""
+    if steps < 0 or not 0 <= momentum < 1:
+        raise ValueError(f"need steps >= 0 and 0 <= momentum < 1, got steps={steps}, momentum={momentum}")
+    if momentum == 0:
+        return float(steps)
+    rho = momentum
+    return (steps - rho * (1 - rho ** steps) / (1 - rho)) / (1 - rho)

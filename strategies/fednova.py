@@ -18,21 +18,11 @@ from typing import Any, Mapping, Sequence
 import numpy as np
 
 from flcore.config import RunConfig
-from strategies.aggregation import deltas
+from strategies.aggregation import a_norm, deltas
 from strategies.base import ClientUpdate, FLStrategy
 from strategies.update_checks import average_non_float, is_float, metric_problem, reject_updates
 
 Arrays = Mapping[str, np.ndarray]
-
-
-def a_norm(steps: int, momentum: float = 0.0) -> float:
-    """||a_k||_1 for ``steps`` local SGD steps with heavy-ball momentum rho (rho = 0: the step count)."""
-    if steps < 0 or not 0 <= momentum < 1:
-        raise ValueError(f"need steps >= 0 and 0 <= momentum < 1, got steps={steps}, momentum={momentum}")
-    if momentum == 0:
-        return float(steps)
-    rho = momentum
-    return (steps - rho * (1 - rho ** steps) / (1 - rho)) / (1 - rho)
 
 
 def fednova_aggregate(w: Arrays, client_params: Sequence[Arrays], weights: Sequence[float],

@@ -24,7 +24,7 @@ from collections.abc import Mapping
 
 import numpy as np
 
-from strategies.aggregation import deltas, flat_norm
+from strategies.aggregation import a_norm, deltas, flat_norm
 
 Arrays = Mapping[str, np.ndarray]
 
@@ -192,8 +192,6 @@ def step_scale(samples: int, epochs: int, batch_size: int, max_steps: int, momen
     An update of s steps with gradients of norm at most G has norm at most lr G ||a||_1, so this is the
     largest factor by which honest updates grow with a client's data; computed from the registration the
     server holds, never from a count the client reports."""
-    from strategies.fednova import a_norm  # (fednova imports this module's users: import when used)
-
     steps = int(epochs) * math.ceil(max(int(samples), 0) / int(batch_size))
     if max_steps > 0:
         steps = min(steps, int(max_steps))

@@ -193,8 +193,8 @@ def test_tree_cpu_seconds_counts_this_process_finely_and_its_children():
     assert others() - before >= 0.2  # reaped: now in RUSAGE_CHILDREN
 
 
-def test_bench_overhead_set_parses_typed_run_config_overrides():
-    from benchmarks.bench_overhead import overrides
+def test_bench_set_parses_typed_run_config_overrides():
+    from benchmarks.harness import set_overrides as overrides
 
     assert overrides(["checkpoint=false", "lr=0.1", "local-epochs=2", "method=fedprox", "x=TRUE"]) == {
         "checkpoint": False, "lr": 0.1, "local-epochs": 2, "method": "fedprox", "x": True}

@@ -1,6 +1,6 @@
 """Issue 20, items 4 and 5: crashed simulation workers, and the Ray processes a run starts.
 
-Fast tests (no Ray started): the reply classification and grid wrappers of engines/ray_faults.py and
+Fast tests (no Ray started): the reply classification and grid wrappers of server_app/worker_watch.py and
 engines/ray.py, the session record / leftover report / signal handling of engines/ray_session.py.
 
 Real runs (``slow`` but the worker pool's; in subprocesses, ``noniid-fl run`` as an operator types it; the fault
@@ -35,9 +35,9 @@ from flwr.common.constant import ErrorCode
 
 from engines import ray_session
 from engines.ray import RunInterrupted, StoppableGrid, backend_config
-from engines.ray_faults import WorkerLost, WorkerWatchGrid, ray_failure
 from engines.ray_session import (TAG_VAR, RaySession, StopSignals, end_processes, process_start, report_leftovers,
                                  tagged_processes)
+from server_app.worker_watch import WorkerLost, WorkerWatchGrid, ray_failure
 from tests.run_local_util import superlink_gone
 
 ROOT = Path(__file__).resolve().parent.parent
