@@ -11,7 +11,7 @@
    per outage); other errors keep flwr's decision (401 still stops the node, 502/503/504 are retried).
 2. **A poll stamp for the health check.** Each completed poll of the SuperLink writes ``idle <time>`` to the
    stamp file, a received message ``busy <time>`` (the ClientApp runs), and the polling loop ending for any
-   reason ``stopped <time> <error>``. ``deploy/healthcheck.py supernode`` reports a node unhealthy when its
+   reason (an error, or flwr's connection context swallowing one and returning) ``stopped <time> <why>``. ``deploy/healthcheck.py supernode`` reports a node unhealthy when its
    stamp says stopped or is older than ``POLL_STALE`` s while idle, so Kubernetes' liveness probe restarts
    it and compose shows it unhealthy. Stamp file: ``POLL_STAMP`` or ``$TMPDIR/flower-supernode-<RUNTIME_PORT>.poll``.
 
@@ -102,11 +102,15 @@ def install(stamp: Path) -> None:
     start = loop.start_client_internal
 
     def stamped_start(*args: Any, **kwargs: Any) -> Any:
+        # flwr's connection context logs and swallows an error raised in the polling loop, so the loop can
+        # also end by returning while the process (its Runtime API server) lives on: both end the polling
         try:
-            return start(*args, **kwargs)
+            result = start(*args, **kwargs)
         except BaseException as exc:
             write_stamp(stamp, "stopped", f"{type(exc).__name__}: {exc}"[:500])
             raise
+        write_stamp(stamp, "stopped", "the polling loop returned")
+        return result
 
     loop.start_client_internal = stamped_start
     # flower-supernode imported start_client_internal by name before we patched the module

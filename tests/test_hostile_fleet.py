@@ -127,6 +127,43 @@ def test_flwr_gives_up_on_tls_errors_and_the_guard_retries_them() -> None:
     assert guarded(bad) is True and guarded(busy) is False       # flwr's decisions for HTTP statuses
 
 
+def test_the_guard_stamps_polls_and_the_end_of_the_polling_loop(tmp_path: Path,
+                                                                 monkeypatch: pytest.MonkeyPatch) -> None:
+    """install() wraps the installed flwr's functions (originals replaced by fakes here, restored after)."""
+    import importlib
+
+    import flwr.supernode.fleet_http_connection as conn
+    import flwr.supernode.start_client_internal as loop
+
+    from deploy.node_guard import install, read_stamp
+
+    cli = importlib.import_module("flwr.supernode.cli.flower_supernode")   # the module, not its function
+    results = iter([None, 7])
+    monkeypatch.setattr(loop, "_pull_and_store_message", lambda **kw: next(results))
+    monkeypatch.setattr(loop, "start_client_internal", lambda **kw: None)       # the loop returned (error swallowed)
+    monkeypatch.setattr(cli, "start_client_internal", loop.start_client_internal)
+    monkeypatch.setattr(conn, "make_simple_http_retry_invoker", conn.make_simple_http_retry_invoker)
+    stamp = tmp_path / "poll"
+    install(stamp)
+    assert read_stamp(stamp)[0] == "idle" and cli.start_client_internal is loop.start_client_internal
+    assert loop._pull_and_store_message() is None and read_stamp(stamp)[0] == "idle"
+    assert loop._pull_and_store_message() == 7 and read_stamp(stamp)[0] == "busy"
+    loop.start_client_internal()
+    assert read_stamp(stamp)[0::2] == ("stopped", "the polling loop returned")
+    import httpx
+    giveup = conn.make_simple_http_retry_invoker().should_giveup
+    assert giveup(httpx.ConnectError("[SSL: UNEXPECTED_EOF_WHILE_READING] EOF")) is False
+
+    def boom(**kw: object) -> None:
+        raise RuntimeError("Heartbeat failed unexpectedly")
+
+    monkeypatch.setattr(loop, "start_client_internal", boom)
+    install(stamp)
+    with pytest.raises(RuntimeError):
+        loop.start_client_internal()
+    assert read_stamp(stamp)[0::2] == ("stopped", "RuntimeError: Heartbeat failed unexpectedly")
+
+
 def test_healthcheck_reads_the_poll_stamp(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     from deploy.healthcheck import poll_state
     from deploy.node_guard import stamp_path, write_stamp
