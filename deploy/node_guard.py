@@ -11,7 +11,8 @@
    per outage); other errors keep flwr's decision (401 still stops the node, 502/503/504 are retried).
 2. **A poll stamp for the health check.** Each completed poll of the SuperLink writes ``idle <time>`` to the
    stamp file, a received message ``busy <time>`` (the ClientApp runs), and the polling loop ending for any
-   reason (an error, or flwr's connection context swallowing one and returning) ``stopped <time> <why>``. ``deploy/healthcheck.py supernode`` reports a node unhealthy when its
+   reason (an error, or flwr's connection context swallowing one and returning) ``stopped <time> <why>``;
+   in the second case the process then exits (code 75), so that restart policies restart it. ``deploy/healthcheck.py supernode`` reports a node unhealthy when its
    stamp says stopped or is older than ``POLL_STALE`` s while idle, so Kubernetes' liveness probe restarts
    it and compose shows it unhealthy. Stamp file: ``POLL_STAMP`` or ``$TMPDIR/flower-supernode-<RUNTIME_PORT>.poll``.
 
@@ -29,6 +30,8 @@ from pathlib import Path
 from typing import Any, Callable
 
 log = logging.getLogger("node_guard")
+EXIT_LOOP_ENDED = 75     # EX_TEMPFAIL: the polling loop ended while the process would have lived on
+_exit = os._exit         # (tests replace it)
 CONNECTION_MODULE = "flwr.supernode.fleet_http_connection"
 LOOP_MODULE = "flwr.supernode.start_client_internal"
 
@@ -110,6 +113,11 @@ def install(stamp: Path) -> None:
             write_stamp(stamp, "stopped", f"{type(exc).__name__}: {exc}"[:500])
             raise
         write_stamp(stamp, "stopped", "the polling loop returned")
+        # exit, so that any restart policy (compose's restart: unless-stopped included) starts the node again
+        log.error("node_guard: the SuperNode's polling loop ended; exiting with %d so the node is restarted",
+                  EXIT_LOOP_ENDED)
+        logging.shutdown()
+        _exit(EXIT_LOOP_ENDED)
         return result
 
     loop.start_client_internal = stamped_start

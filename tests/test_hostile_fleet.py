@@ -148,7 +148,15 @@ def test_the_guard_stamps_polls_and_the_end_of_the_polling_loop(tmp_path: Path,
     assert read_stamp(stamp)[0] == "idle" and cli.start_client_internal is loop.start_client_internal
     assert loop._pull_and_store_message() is None and read_stamp(stamp)[0] == "idle"
     assert loop._pull_and_store_message() == 7 and read_stamp(stamp)[0] == "busy"
-    loop.start_client_internal()
+    from deploy import node_guard
+
+    def exits(code: int) -> None:
+        raise SystemExit(code)
+
+    monkeypatch.setattr(node_guard, "_exit", exits)
+    with pytest.raises(SystemExit) as ended:
+        loop.start_client_internal()
+    assert ended.value.code == 75                              # exits, so a restart policy restarts the node
     assert read_stamp(stamp)[0::2] == ("stopped", "the polling loop returned")
     import httpx
     giveup = conn.make_simple_http_retry_invoker().should_giveup
