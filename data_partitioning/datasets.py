@@ -8,6 +8,7 @@ torchvision sets (``mnist``, ``fmnist``, ``emnist-letters``, ``cifar10``, ``cifa
 ``data-root``; with ``download = true`` torchvision fetches them when the network allows. ``fmnist`` is also
 read, in place, from the four IDX .gz files Debian's ``dataset-fashion-mnist`` package installs
 (:data:`SYSTEM_COPIES`) when ``data-root`` does not hold torchvision's copy: a user's own files win.
+``hf:<name>`` is a Hugging Face image-classification dataset read through flwr-datasets (hf.py).
 """
 
 from __future__ import annotations
@@ -223,6 +224,15 @@ def load_pool(name: str, seed: int, global_test_fraction: float, data_root: str 
         if packaged is not None and missing_torchvision_files(name, data_root):
             return _packaged_idx(name, packaged)
         return _torchvision(name, data_root, download)
+    if name.startswith("hf:"):  # a Hugging Face dataset through FederatedDataset (data_partitioning/hf.py)
+        from data_partitioning.hf import load_hf, standardise
+
+        xtr, ytr, xte, yte, num_classes = load_hf(name)
+        if xte is None:  # no test split: hold one out with the dataset's fixed seed, like mnist-5k
+            held = _holdout(xtr, ytr, global_test_fraction, seed, name, num_classes, tuple(xtr.shape[1:]))
+            xtr, ytr, xte, yte = held.x_train, held.y_train, held.x_test, held.y_test
+        xtr, xte = standardise(xtr, xte)  # with the training pool's per-channel statistics
+        return Pool(name, xtr, ytr, xte, yte, num_classes, tuple(xtr.shape[1:]))
     if name == "synthetic":
         raise DatasetError("dataset 'synthetic' has no central pool: it is generated per client "
                            "(data_partitioning.federated.client_arrays)")
@@ -235,6 +245,11 @@ def dataset_shape(name: str) -> tuple[tuple[int, ...], int]:
              "rotated-mnist": ((1, 28, 28), 10), "digits": ((1, 8, 8), 10), "mnist": ((1, 28, 28), 10),
              "fmnist": ((1, 28, 28), 10), "emnist-letters": ((1, 28, 28), 26), "cifar10": ((3, 32, 32), 10),
              "cifar100": ((3, 32, 32), 100)}
+    if name.startswith("hf:"):  # read from the dataset itself (loaded once per process)
+        from data_partitioning.hf import load_hf
+
+        xtr, _, _, _, num_classes = load_hf(name)
+        return tuple(xtr.shape[1:]), num_classes
     if name not in known:
         raise DatasetError(f"unknown dataset '{name}'")
     return known[name]

@@ -1,7 +1,8 @@
 """From run config to one client's arrays, and to the server's global test set.
 
 ``client_arrays(cfg, cid, num_partitions)``: partition the pool (cached per process and per setting, so
-a Ray worker partitions once, not every round), take client ``cid``'s part, hold out ``local-test-fraction``
+a Ray worker partitions once, not every round; ``iid``, ``dirichlet`` and ``shards`` by flwr-datasets'
+partitioners, data_partitioning/flower.py, ``classes`` and ``power-law`` by our own), take client ``cid``'s part, hold out ``local-test-fraction``
 of it as the client's local test split (P-FL; 0 = none, every sample trains) and then ``validation-fraction`` of
 the rest as its validation split (hyper-parameter tuning; never trained on), both seeded by (seed, cid). ``rotated-mnist`` rotates client k's images by k * rotation-step-deg.
 ``synthetic`` generates client k's data directly. ``node_arrays(path)`` reads a node-local ``.npz`` for
@@ -25,6 +26,7 @@ import numpy as np
 
 from data_partitioning import partitioners as P
 from data_partitioning.datasets import DatasetError, dataset_shape, load_pool
+from data_partitioning.flower import FLOWER_PARTITIONS, flower_partition
 from data_partitioning.synthetic import synthetic_client
 from flcore.config import RunConfig
 
@@ -58,14 +60,11 @@ def _partition(dataset: str, partition: str, seed: int, num_partitions: int, alp
                classes: int, per_class: int, exponent: float, min_size: int, test_fraction: float,
                data_root: str, download: bool) -> tuple[np.ndarray, ...]:
     labels = load_pool(dataset, data_seed(dataset), test_fraction, data_root, download).y_train
+    if partition in FLOWER_PARTITIONS:  # flwr-datasets' own partitioner, seeded with the run seed
+        return tuple(flower_partition(labels, partition, num_partitions, seed, alpha=alpha, shards=shards,
+                                      min_size=min_size))
     rng = np.random.default_rng([int(seed), 0x9A27])  # the run seed draws the partition of the training pool
-    if partition == "iid":
-        parts = P.iid(len(labels), num_partitions, rng, min_size)
-    elif partition == "dirichlet":
-        parts = P.dirichlet(labels, num_partitions, alpha, rng, min_size)
-    elif partition == "shards":
-        parts = P.shards(labels, num_partitions, shards, rng, min_size)
-    elif partition == "classes":
+    if partition == "classes":
         parts = P.classes(labels, num_partitions, classes, per_class, rng)
     elif partition == "power-law":
         parts = P.power_law(labels, num_partitions, exponent, rng, min_size)

@@ -1,4 +1,6 @@
-"""Partitioners: pure functions ``labels -> list of index arrays`` (one per client), seeded by ``rng``.
+"""Our own partitioners: pure functions ``labels -> list of index arrays`` (one per client), seeded by ``rng``:
+the partitions flwr-datasets has no equivalent of (``classes``, ``power-law``; data_partitioning/flower.py says
+why). ``iid``, ``dirichlet`` and ``shards`` are flwr-datasets' own partitioners (data_partitioning/flower.py).
 
 Every partitioner raises :class:`PartitionError` naming the setting when a client would end up with
 fewer than ``min_size`` samples, instead of handing a client an empty dataset.
@@ -22,52 +24,6 @@ def _check_sizes(parts: list[np.ndarray], min_size: int, what: str) -> list[np.n
         raise PartitionError(f"{what} leaves client {k} with {n} samples (< min-partition-size={max(min_size, 1)}); "
                              f"{len(small)} client(s) affected: use fewer clients or change the partition settings")
     return parts
-
-
-def iid(num_samples: int, num_clients: int, rng: np.random.Generator, min_size: int = 1) -> list[np.ndarray]:
-    """Uniformly random, equal-size split."""
-    perm = rng.permutation(num_samples)
-    return _check_sizes([np.sort(p) for p in np.array_split(perm, num_clients)], min_size, "partition 'iid'")
-
-
-def dirichlet(labels: np.ndarray, num_clients: int, alpha: float, rng: np.random.Generator,
-              min_size: int = 1, max_tries: int = 100) -> list[np.ndarray]:
-    """Label skew: for every class c, the share of class c held by each client ~ Dir(alpha * 1_K).
-
-    Redraws (up to ``max_tries``) until every client holds ``min_size`` samples (the usual practice,
-    e.g. Hsu et al. 2019; Wang et al. 2020).
-    """
-    labels = np.asarray(labels)
-    classes = np.unique(labels)
-    for _ in range(max_tries):
-        parts: list[list[int]] = [[] for _ in range(num_clients)]
-        for c in classes:
-            idx = rng.permutation(np.flatnonzero(labels == c))
-            props = rng.dirichlet(np.full(num_clients, alpha))
-            cuts = (np.cumsum(props)[:-1] * len(idx)).astype(int)
-            for k, chunk in enumerate(np.split(idx, cuts)):
-                parts[k].extend(chunk.tolist())
-        if min(len(p) for p in parts) >= max(min_size, 1):
-            return [np.sort(np.asarray(p, dtype=np.int64)) for p in parts]
-    raise PartitionError(
-        f"partition 'dirichlet' (dirichlet-alpha={alpha}) could not give all {num_clients} clients at least "
-        f"min-partition-size={max(min_size, 1)} samples in {max_tries} draws: use fewer clients, a larger alpha "
-        f"or a smaller min-partition-size")
-
-
-def shards(labels: np.ndarray, num_clients: int, shards_per_client: int, rng: np.random.Generator,
-           min_size: int = 1) -> list[np.ndarray]:
-    """McMahan et al. 2017: sort by label, cut into K*s equal shards, give each client s random shards."""
-    labels = np.asarray(labels)
-    n_shards = num_clients * shards_per_client
-    if n_shards > len(labels):
-        raise PartitionError(f"partition 'shards' needs {n_shards} shards (clients x shards-per-client) but the "
-                             f"dataset has only {len(labels)} samples")
-    order = np.lexsort((rng.random(len(labels)), labels))  # by label, ties in random order
-    pieces = np.array_split(order, n_shards)
-    assign = rng.permutation(n_shards).reshape(num_clients, shards_per_client)
-    parts = [np.sort(np.concatenate([pieces[s] for s in row])) for row in assign]
-    return _check_sizes(parts, min_size, "partition 'shards'")
 
 
 def classes(labels: np.ndarray, num_clients: int, classes_per_client: int, samples_per_class: int,

@@ -163,10 +163,14 @@ def test_set_identity(run: Run) -> dict[str, Any]:
     """The keys that fix a run's G-FL test set (data-root does not: it says where the files are). The
     torchvision datasets use their official test set; an offline pool holds out global-test-fraction of it;
     rotated-mnist rotates test image i by client (i mod K)'s angle; synthetic's test set is the union of K
-    clients' held-out parts. Before issue 31 the pools' and synthetic's test split followed the run seed."""
+    clients' held-out parts; a hf: dataset (its columns in the name) uses its test split, or without one
+    global-test-fraction of its train split. Before issue 31 the pools' and synthetic's test split followed the run seed."""
     rc = run.run_config
     dataset = rc["dataset"]
     ident: dict[str, Any] = {"dataset": dataset}
+    if str(dataset).startswith("hf:"):  # its test split, or (none) global-test-fraction held out of train
+        ident["global-test-fraction (hf: datasets without a test split)"] = rc["global-test-fraction"]
+        return ident
     if dataset not in POOLED and dataset != "synthetic":
         return ident
     ident["test split"] = run.split

@@ -64,8 +64,9 @@ class CommonConfig(Section):
                                      "Flower's", choices=ENGINES)
     engine_workers: int = param(1, "worker processes of the in-process engine", ge=1)
     # --- data
-    dataset: str = param("mnist-5k", "dataset (offline: mnist-5k, digits, synthetic, rotated-mnist)",
-                         choices=DATASETS)
+    dataset: str = param("mnist-5k", "dataset (offline: mnist-5k, digits, synthetic, rotated-mnist; "
+                                     "hf:<name>[?image=<column>&label=<column>]: a Hugging Face image-classification "
+                                     "dataset through flwr-datasets)", choices=DATASETS + ("hf:*",))
     data_root: str = param("data", "directory of the torchvision datasets")
     download: bool = param(False, "let torchvision download missing datasets")
     partition: str = param("dirichlet", "how the training pool is split over clients", choices=PARTITIONS)

@@ -98,8 +98,9 @@ def check_bounds(key: str, value: Any, meta: Mapping[str, Any], typ: str) -> Non
                or (meta.get("gt") is not None and not value > meta["gt"])
                or (meta.get("le") is not None and not value <= meta["le"])
                or (meta.get("lt") is not None and not value < meta["lt"]))
-    elif typ == "str" and meta.get("choices") is not None:
-        bad = value not in meta["choices"]
+    elif typ == "str" and meta.get("choices") is not None:  # a choice ending in '*' allows that prefix + more
+        bad = not any(value == c or (c.endswith("*") and value.startswith(c[:-1]) and len(value) > len(c) - 1)
+                      for c in meta["choices"])
     if bad:
         raise ConfigError(f"run-config key '{key}' got {value!r}; allowed: {_allowed(meta, typ)}")
 

@@ -21,6 +21,8 @@ __all__ = ["FLModel", "build_model", "model_name"]
 
 
 def model_name(cfg: RunConfig) -> str:
+    if cfg.model == "auto" and cfg.dataset.startswith("hf:"):  # any Hugging Face image dataset (issue 33)
+        return "convnet"
     return AUTO_MODEL[cfg.dataset] if cfg.model == "auto" else cfg.model
 
 

@@ -2,6 +2,7 @@ import numpy as np
 import pytest
 
 from data_partitioning import partitioners as P
+from data_partitioning.flower import flower_partition
 
 
 def labels(n_per_class=100, classes=10):
@@ -14,11 +15,13 @@ def covers_disjointly(parts, n):
 
 
 def test_iid_sizes_and_determinism():
-    a = P.iid(1000, 7, np.random.default_rng(1))
-    b = P.iid(1000, 7, np.random.default_rng(1))
+    y = np.zeros(1000, dtype=int)
+    a = flower_partition(y, "iid", 7, seed=1)
+    b = flower_partition(y, "iid", 7, seed=1)
     assert [len(p) for p in a] == [143] * 6 + [142]
-    assert all((x == y).all() for x, y in zip(a, b))
+    assert all((x == z).all() for x, z in zip(a, b))
     assert covers_disjointly(a, 1000) and sum(map(len, a)) == 1000
+    assert any((x != z).any() for x, z in zip(a, flower_partition(y, "iid", 7, seed=2)))  # the seed draws it
 
 
 def label_skew(parts, y):
@@ -28,33 +31,36 @@ def label_skew(parts, y):
 
 def test_dirichlet_skew_follows_alpha():
     y = labels(200)
-    skew = {a: label_skew(P.dirichlet(y, 10, a, np.random.default_rng(0)), y) for a in (0.1, 0.5, 5.0, 100.0)}
+    skew = {a: label_skew(flower_partition(y, "dirichlet", 10, seed=0, alpha=a), y) for a in (0.1, 0.5, 5.0, 100.0)}
     assert skew[0.1] > skew[0.5] > skew[5.0] > skew[100.0]
     assert skew[0.1] > 0.5 and skew[100.0] < 0.2  # near-IID has ~1/10 max share
 
 
 def test_dirichlet_uses_every_sample_once_and_is_deterministic():
     y = labels(50)
-    a = P.dirichlet(y, 8, 0.5, np.random.default_rng(3), min_size=2)
-    b = P.dirichlet(y, 8, 0.5, np.random.default_rng(3), min_size=2)
+    a = flower_partition(y, "dirichlet", 8, seed=3, alpha=0.5, min_size=2)
+    b = flower_partition(y, "dirichlet", 8, seed=3, alpha=0.5, min_size=2)
     assert covers_disjointly(a, len(y)) and sum(map(len, a)) == len(y)
     assert all((x == z).all() for x, z in zip(a, b))
     assert min(map(len, a)) >= 2
 
 
 def test_dirichlet_impossible_minimum_is_a_clear_error():
-    with pytest.raises(P.PartitionError, match="min-partition-size"):
-        P.dirichlet(labels(5), 40, 0.01, np.random.default_rng(0), min_size=10, max_tries=3)
+    with pytest.raises(P.PartitionError, match=r"dirichlet-alpha=0.01\) over 40 clients: flwr-datasets refused"):
+        flower_partition(labels(5), "dirichlet", 40, seed=0, alpha=0.01, min_size=10)
 
 
-def test_shards_give_each_client_at_most_s_classes():
+def test_shards_give_each_client_s_shards_of_at_most_s_classes():
     y = labels(100)
-    parts = P.shards(y, 20, 2, np.random.default_rng(0))
-    assert all(len(p) == 50 for p in parts)
+    parts = flower_partition(y, "shards", 20, seed=0, shards=2)
+    assert all(len(p) == 50 for p in parts)  # 2 shards of 1000 // 40 = 25 samples
     assert all(len(np.unique(y[p])) <= 2 for p in parts)
     assert covers_disjointly(parts, len(y))
+    # 1003 samples: 40 shards of 25, the 3 samples that fill no shard are left out (flwr-datasets' rule)
+    parts = flower_partition(np.sort(np.r_[y, [9, 9, 9]]), "shards", 20, seed=0, shards=2)
+    assert sum(map(len, parts)) == 1000
     with pytest.raises(P.PartitionError, match="shards"):
-        P.shards(labels(1), 20, 2, np.random.default_rng(0))
+        flower_partition(labels(1), "shards", 20, seed=0, shards=2)
 
 
 def test_classes_partition_exact_classes_and_counts():
