@@ -295,3 +295,28 @@ def test_cli_help_names_every_flag(tmp_path):
     assert proc.returncode == 0 and proc.stdout.startswith("usage: noniid-fl compare")
     for flag in ("RUN_OR_DIR", "--output", "--svg", "--markdown", "--band", "--target"):
         assert flag in proc.stdout
+
+
+@pytest.mark.slow
+def test_compare_real_runs_end_to_end(tmp_path):
+    """`noniid-fl run` twice at two seeds and once with another lr, then `noniid-fl compare runs/...`: the
+    table's cells equal the three results.json files, the figure is written."""
+    env = {**os.environ, "PYTHONPATH": str(ROOT), "OMP_NUM_THREADS": "1"}
+    job = "dataset='digits' num-server-rounds=3 batch-size=16 target-accuracy=0.5"
+    for name, extra in (("a0", "seed=0"), ("a1", "seed=1"), ("b0", "seed=0 lr=0.1")):
+        proc = subprocess.run([sys.executable, "-m", "cli", "run", "--nodes", "3", "-c",
+                               f"{job} {extra} out-dir='runs/{name}'"], cwd=tmp_path, env=env, capture_output=True,
+                              text=True, timeout=600)
+        assert proc.returncode == 0, proc.stderr[-2000:]
+    proc = cli("runs/a0", "runs/a1", "runs/b0", cwd=tmp_path)
+    assert proc.returncode == 0, proc.stderr
+    lines = proc.stdout.splitlines()
+    a_row = next(line for line in lines if line.startswith("a0 +1 "))
+    b_row = next(line for line in lines if line.startswith("b0 "))
+    want_a = expected_row(sorted((tmp_path / "runs").glob("a?/results.json")), target=0.5)
+    want_b = {k: v.split(" ± ")[0] for k, v in expected_row([tmp_path / "runs" / "b0" / "results.json"] * 2,
+                                                            target=0.5).items()}
+    for row, want in ((a_row, want_a), (b_row, want_b)):
+        assert want["final"] in row and want["best"] in row and want["time"] in row
+    assert "lr=0.03" in a_row and "lr=0.1" in b_row and "0,1" in a_row
+    assert (tmp_path / "compare.png").stat().st_size > 10_000
