@@ -288,7 +288,8 @@ def run_summary(run: Run, target: float | None = None) -> dict[str, Any]:
             "time": float(np.mean(times)) if times else None, "rounds": len(run.rounds)}
 
 
-def _stat(values: list[float | None], scale: float, decimals: int) -> str:
+def _stat(values: list[float | None], scale: float, decimals: int, missing_word: str = "without it") -> str:
+    """mean ± sample std of the values given, and how many runs had none (e.g. '(1 never)')."""
     vals = [v * scale for v in values if v is not None]
     if not vals:
         return "–"
@@ -296,7 +297,7 @@ def _stat(values: list[float | None], scale: float, decimals: int) -> str:
     if len(vals) > 1:
         text += f" ± {np.std(vals, ddof=1):.{decimals}f}"
     missing = len(values) - len(vals)
-    return text + (f" ({missing} never)" if missing else "")
+    return text + (f" ({missing} {missing_word})" if missing else "")
 
 
 def stacks(groups: list[Group]) -> list[str]:
@@ -324,7 +325,7 @@ def table_rows(groups: list[Group], target: float | None = None) -> list[list[st
         sums = [run_summary(r, target) for r in g.runs]
         targets = sorted({s["target"] for s in sums})
         reached = [float(s["to_target"]) if s["to_target"] is not None else None for s in sums]
-        to_target = _stat(reached, 1, 1) + f" (≥{'/'.join(f'{100 * t:g}' for t in targets)}%)"
+        to_target = _stat(reached, 1, 1, "never") + f" (≥{'/'.join(f'{100 * t:g}' for t in targets)}%)"
         rows.append([g.label, ",".join(map(str, sorted(g.seeds))), "/".join(map(str, sorted({s["rounds"] for s in sums}))),
                      _stat([s["final"] for s in sums], 100, 2), _stat([s["best"] for s in sums], 100, 2),
                      to_target, _stat([s["time"] for s in sums], 1, 2),
