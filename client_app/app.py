@@ -73,14 +73,6 @@ def pick_device(cfg: RunConfig) -> torch.device:
     return torch.device(cfg.device)
 
 
-def _data_key(cfg: RunConfig) -> tuple:
-    return tuple(sorted((k, v) for k, v in cfg.to_dict().items()
-                        if k in ("dataset", "partition", "seed", "dirichlet-alpha", "shards-per-client",
-                                 "classes-per-client", "samples-per-class", "power-law-exponent",
-                                 "min-partition-size", "local-test-fraction", "global-test-fraction",
-                                 "synthetic-alpha", "synthetic-beta", "rotation-step-deg", "data-root")))
-
-
 class _HashedItems:
     """Every (key, value) of a run config as a hashable cache key whose hash is computed once: the config has
     over a hundred keys, and hashing them for every message's cache lookups cost ~3 us each time."""
@@ -99,7 +91,9 @@ class _HashedItems:
 
 
 @functools.lru_cache(maxsize=64)
-def _cached_arrays(key: tuple, cid: int, num_partitions: int, data_path: str, cfg_items: _HashedItems) -> ClientArrays:
+def _cached_arrays(cid: int, num_partitions: int, data_path: str, cfg_items: _HashedItems) -> ClientArrays:
+    """A node's arrays, built once per run config: the cache keys on every run-config value (no hand-kept list
+    of the keys that shape the data, which a new data option or method would have to join)."""
     cfg = RunConfig.from_dict(dict(cfg_items.items))
     if data_path:
         return node_arrays(data_path, cfg.local_test_fraction, cfg.seed + cid)
@@ -107,30 +101,29 @@ def _cached_arrays(key: tuple, cid: int, num_partitions: int, data_path: str, cf
 
 
 @functools.lru_cache(maxsize=64)
-def _cached_data(key: tuple, cid: int, num_partitions: int, data_path: str, cfg_items: _HashedItems,
+def _cached_data(cid: int, num_partitions: int, data_path: str, cfg_items: _HashedItems,
                  device: torch.device) -> ClientData:
     """A node's data as tensors on ``device`` (views of the cached arrays on the CPU), built once per config."""
-    arr = _cached_arrays(key, cid, num_partitions, data_path, cfg_items)
+    arr = _cached_arrays(cid, num_partitions, data_path, cfg_items)
     t = functools.partial(torch.as_tensor, device=device)
     return ClientData(t(arr.x_train), t(arr.y_train), t(arr.x_test), t(arr.y_test), arr.num_classes)
 
 
-def _cfg_keys(cfg: RunConfig) -> tuple[tuple, _HashedItems]:
-    """(data key, every key's value) of ``cfg``, memoized for the last config object seen."""
-    global _CFG_KEYS
-    if _CFG_KEYS is None or _CFG_KEYS[0] is not cfg:
-        _CFG_KEYS = (cfg, _data_key(cfg), _HashedItems(tuple(sorted(cfg.to_dict().items()))))
-    return _CFG_KEYS[1], _CFG_KEYS[2]
+def _cfg_items(cfg: RunConfig) -> _HashedItems:
+    """Every key's value of ``cfg`` as a cache key, memoized for the last config object seen."""
+    global _CFG_ITEMS
+    if _CFG_ITEMS is None or _CFG_ITEMS[0] is not cfg:
+        _CFG_ITEMS = (cfg, _HashedItems(tuple(sorted(cfg.to_dict().items()))))
+    return _CFG_ITEMS[1]
 
 
-_CFG_KEYS: tuple | None = None
+_CFG_ITEMS: tuple[RunConfig, _HashedItems] | None = None
 
 
 def load_client_data(cfg: RunConfig, node_config: dict, device: torch.device) -> tuple[int, ClientData]:
     cid, num_partitions, data_path = node_identity(node_config)
     try:
-        data_key, items = _cfg_keys(cfg)
-        data = _cached_data(data_key, cid, num_partitions, data_path, items, device)
+        data = _cached_data(cid, num_partitions, data_path, _cfg_items(cfg), device)
     except Exception as exc:
         raise ClientSetupError(f"client {cid}: cannot load its data ({cfg.dataset}): {exc}") from exc
     return cid, data
@@ -179,7 +172,7 @@ def _generator(cfg: RunConfig, server_round: int, cid: int, phase: str) -> torch
 def _model(cfg: RunConfig, data: ClientData, device: torch.device, params: dict) -> torch.nn.Module:
     """The run's model with the received weights (reused from POOL when provably as good as new)."""
     in_shape = tuple(data.x_train.shape[1:])
-    key = (_cfg_keys(cfg)[1], in_shape, data.num_classes, str(device))
+    key = (_cfg_items(cfg), in_shape, data.num_classes, str(device))
     model = POOL.get(key, lambda: build_model(cfg, in_shape, data.num_classes).to(device), cfg.seed)
     POOL.load(model, params)  # = model.load_state_dict(params as tensors, strict=True)
     return model

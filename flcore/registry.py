@@ -12,6 +12,7 @@ from __future__ import annotations
 import functools
 import importlib
 from dataclasses import dataclass, field
+from typing import Any, Callable
 
 from flcore.schema import Section
 
@@ -44,6 +45,10 @@ class MethodDecl:
                 federated modules (LRA neck, projection head, discriminator); it lives in ``models/`` and runs
                 identically on the server (initial model, central evaluation) and on every client.
     head:       head forced by the method ("etf" for fedetf), else the run config's ``head``.
+    check_federation: ``fn(cfg, num_nodes) -> None`` raising ConfigError (naming the key) when the method cannot
+                run with that many nodes (FedUFO: a discriminator output per client); called by the pre-flight
+                checks wherever the number of nodes is known (server_app/preflight.py), before any engine starts.
+                A plain function of the declaration module: it needs only the parsed config (no torch).
     """
 
     name: str
@@ -55,6 +60,7 @@ class MethodDecl:
     head: str | None = None
     payload: Payload = field(default_factory=Payload)
     description: str = ""
+    check_federation: Callable[[Any, int], None] | None = None  # (RunConfig, nodes): config imports this module
 
 
 BASE_TRAINER = "client_app.trainers.base:Trainer"

@@ -8,7 +8,8 @@ Used by the command line (``noniid-fl run``, before Ray or a Grid exists) and by
 2. the checks that need the machine or the data's shape: model vs. the dataset's input shape
    (:data:`MIN_IMAGE_SIDE`), ``device = "cuda"`` without a CUDA device, torchvision files missing under
    ``data-root``, a ``resume-from`` without a checkpoint, an out-dir that cannot be written or already holds a
-   run, and (when the number of nodes is known) a federation too small for ``min-train-nodes``.
+   run, and (when the number of nodes is known) a federation too small for ``min-train-nodes`` or for the
+   method (its declaration's ``check_federation`` hook, flcore/registry.py).
 
 Every failure is a :class:`ConfigError` whose message names the key, the bad value and what is allowed.
 Nothing here imports torch or Flower (except torch for ``device = "cuda"`` on a machine with a GPU driver).
@@ -25,7 +26,7 @@ from typing import Any, Mapping
 from data_partitioning.datasets import (TORCHVISION_FILES, dataset_shape, missing_torchvision_files, system_copy,
                                        system_copy_hint)
 from flcore.config import MODELS, ConfigError, RunConfig
-from flcore.registry import methods
+from flcore.registry import get_method, methods
 from server_app.outputs import is_nonempty_dir, resolve_out_dir, resume_dir
 from server_app.tensorboard_log import check_available as check_tensorboard
 
@@ -164,8 +165,6 @@ def check_federation(cfg: RunConfig, num_nodes: int) -> None:
         raise ConfigError(f"run-config key 'min-train-nodes' got {cfg.min_train_nodes}, but the federation has "
                           f"{num_nodes} node(s): the run would wait round-timeout={cfg.round_timeout:g}s and fail; "
                           f"allowed: <= {num_nodes} (or more --nodes)")
-    # FedUFO's discriminator has one output per client: every client id (0..N-1) must be below fedufo.num-clients
-    k = cfg.to_dict().get("fedufo.num-clients")
-    if cfg.method == "fedufo" and k is not None and num_nodes > k:
-        raise ConfigError(f"run-config key 'fedufo.num-clients' got {k}, but the federation has {num_nodes} nodes "
-                          f"(client ids up to {num_nodes - 1}); allowed: >= {num_nodes}")
+    method_check = get_method(cfg.method).check_federation  # the method's own (e.g. FedUFO's discriminator size)
+    if method_check is not None:
+        method_check(cfg, num_nodes)

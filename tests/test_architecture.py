@@ -153,3 +153,100 @@ def test_no_import_runs_upward_against_the_layering():
 def test_the_imports_that_used_to_break_the_map_are_gone(importer, imported):
     graph = import_graph()
     assert not {o for o in graph[importer] if o == imported or o.startswith(imported + ".")}
+
+
+# ------------------------------------------------------------------------------- method knowledge stays home
+TOP = ("cli", "benchmarks", "experiments")  # drivers: they pick methods by name (a baseline, a table row) by design
+PAPER_TABLE = "flcore.paper_presets"         # the paper presets: each row names its paper's method by design
+
+
+def method_owners(graph: dict[str, frozenset[str]]) -> dict[str, str]:
+    """module -> the method family (declaration module of flcore/methods) whose code it is: the declaration
+    module, the modules only that family's declarations name (Strategy, trainer, model hook), and - to a fixed
+    point - the modules that only that family's modules import (helpers such as strategies/nash.py). A module
+    two families name or import (the base trainer, FedAvg's strategy, models/extras.py) is shared code."""
+    import importlib
+
+    from flcore.methods import MODULES
+
+    named: dict[str, set[str]] = {}
+    for family in MODULES:
+        decl_module = f"flcore.methods.{family}"
+        named.setdefault(decl_module, set()).add(family)
+        for decl in importlib.import_module(decl_module).METHODS:
+            for path in (decl.strategy, decl.trainer, decl.model_hook):
+                if path:
+                    named.setdefault(path.partition(":")[0], set()).add(family)
+    owner = {m: next(iter(fams)) for m, fams in named.items() if len(fams) == 1}
+    library = {m for m in graph if m.split(".")[0] not in TOP}
+    importers: dict[str, set[str]] = {}
+    for m in library:
+        for o in graph[m]:
+            importers.setdefault(o, set()).add(m)
+    changed = True
+    while changed:
+        changed = False
+        for m in sorted(library - set(owner) - set(named)):
+            families = {owner.get(i) for i in importers.get(m, ())}
+            if len(families) == 1 and None not in families:
+                owner[m] = families.pop()
+                changed = True
+    return owner
+
+
+def method_name_tests(source: str, names: set[str]) -> list[str]:
+    """Every place in ``source`` that tests a value against a method name: a comparison (==, !=, in, not in,
+    also inside a tuple/set/list operand), a ``match`` case, or a ``startswith``/``endswith`` call, with a
+    string constant that is a registered method's name; as 'line: code'."""
+    found = []
+    for node in ast.walk(ast.parse(source)):
+        if isinstance(node, ast.Compare):
+            operands = [node.left, *node.comparators]
+        elif isinstance(node, ast.match_case):
+            operands = [node.pattern]
+        elif (isinstance(node, ast.Call) and isinstance(node.func, ast.Attribute)
+              and node.func.attr in ("startswith", "endswith")):
+            operands = list(node.args)
+        else:
+            continue
+        if any(isinstance(c, ast.Constant) and isinstance(c.value, str) and c.value in names
+               for op in operands for c in ast.walk(op)):
+            line = node.pattern.lineno if isinstance(node, ast.match_case) else node.lineno
+            found.append(f"{line}: {ast.unparse(node.pattern if isinstance(node, ast.match_case) else node)[:100]}")
+    return found
+
+
+def test_the_method_name_scan_finds_every_form_of_test():
+    names = {"fedufo", "fedbc"}
+    source = ("if cfg.method == 'fedufo': pass\n"
+              "x = m in ('fedavg', 'fedbc')\n"
+              "match cfg.method:\n    case 'fedufo': pass\n"
+              "y = name.startswith('fedbc')\n"
+              "z = cfg.method == 'fedavg' or 'fedufo'.upper()\n"   # fedavg is not in names; a bare use is no test
+              "w = {'fedufo': 1}\n")
+    assert [f.split(":")[0] for f in method_name_tests(source, names)] == ["1", "2", "4", "5"]
+
+
+def test_method_ownership_reads_the_declarations():
+    owners = method_owners(import_graph())
+    assert owners["flcore.methods.fedufo"] == owners["strategies.fedufo"] == "fedufo"
+    assert owners["strategies.nash"] == owners["models.lra"] == "fedrane"  # helpers only FedRANE imports
+    for shared in ("client_app.trainers.base", "strategies.fedavg", "strategies.round_driver", "client_app.app",
+                   "server_app.preflight", "models.extras", "flcore.config"):
+        assert shared not in owners, shared
+
+
+def test_no_method_name_is_compared_in_shared_code():
+    """Shared code (server_app/, engines/, client_app/app.py, the strategy and trainer bases, models/, flcore/,
+    data_partitioning/, deploy/) asks a method's declaration (flcore/registry.py: payload, hooks, head,
+    check_federation) instead of testing which method runs."""
+    from flcore.registry import methods
+
+    graph = import_graph()
+    owners = method_owners(graph)
+    names = set(methods())
+    modules = module_files()
+    shared = [m for m in graph if m not in owners and m.split(".")[0] not in TOP and m != PAPER_TABLE]
+    assert "server_app.preflight" in shared and "client_app.app" in shared and "engines.local" in shared
+    bad = {m: hits for m in sorted(shared) if (hits := method_name_tests(modules[m].read_text(), names))}
+    assert bad == {}, "method names tested in shared code: declare a hook on the method instead"

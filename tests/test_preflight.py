@@ -152,6 +152,31 @@ def test_federation_checks(tmp_path):
         pf.check_federation(cfg(tmp_path), 1)
     with pytest.raises(ConfigError, match=r"'fedufo.num-clients' got 4.*6 nodes.*>= 6"):
         pf.check_federation(cfg(tmp_path, method="fedufo", **{"fedufo.num-clients": 4}), 6)
+    pf.check_federation(cfg(tmp_path, method="fedufo", **{"fedufo.num-clients": 6}), 6)
+    pf.check_federation(cfg(tmp_path, method="fedavg", **{"fedufo.num-clients": 4}), 6)  # FedUFO's key, not its run
+
+
+def test_a_method_declares_its_own_federation_check(tmp_path):
+    """The pre-flight calls the declaration's check_federation hook (flcore/registry.py), for a method registered
+    from outside the project too; it knows no method by name."""
+    from flcore.registry import FEDAVG_STRATEGY, BASE_TRAINER, MethodDecl, register, unregister
+
+    seen = []
+
+    def even_only(run: RunConfig, num_nodes: int) -> None:
+        seen.append((run.method, num_nodes))
+        if num_nodes % 2:
+            raise ConfigError(f"method 'pairs' got {num_nodes} nodes; allowed: an even number")
+
+    register(MethodDecl("pairs", "test", FEDAVG_STRATEGY, BASE_TRAINER, check_federation=even_only))
+    try:
+        pf.check_federation(cfg(tmp_path, method="pairs"), 4)
+        with pytest.raises(ConfigError, match="'pairs' got 5 nodes; allowed: an even number"):
+            pf.check(resolve_run_config({"method": "pairs", "out-dir": str(tmp_path / "o")}), num_nodes=5)
+        pf.check_federation(cfg(tmp_path), 5)  # fedavg declares no such check
+    finally:
+        unregister("pairs")
+    assert seen == [("pairs", 4), ("pairs", 5)]
 
 
 def test_server_app_refuses_before_round_1_naming_the_key(tmp_path, caplog):

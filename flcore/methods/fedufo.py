@@ -4,12 +4,15 @@ objective alignment (group consensus CGR, global consensus CGL); prior models ar
 
 import math
 from dataclasses import dataclass
-from typing import Any, Mapping
+from typing import TYPE_CHECKING, Any, Mapping
 
 import numpy as np
 
 from flcore.registry import MethodDecl, Payload
 from flcore.schema import ConfigError, Section, param
+
+if TYPE_CHECKING:
+    from flcore.config import RunConfig
 
 LOSSES = ("uad", "cgr", "cgl")
 CGR_TARGETS = ("softmax", "normalize")
@@ -112,6 +115,15 @@ class FedUFOConfig(Section):
                               "fedufo.dynamic-sampling = false")
 
 
+def check_federation(cfg: "RunConfig", num_nodes: int) -> None:
+    """The discriminator has one output per client: every client id (0 .. num_nodes - 1) must be below
+    fedufo.num-clients (the declaration's federation check, flcore/registry.py)."""
+    k = cfg.section(FedUFOConfig).num_clients
+    if num_nodes > k:
+        raise ConfigError(f"run-config key 'fedufo.num-clients' got {k}, but the federation has {num_nodes} nodes "
+                          f"(client ids up to {num_nodes - 1}); allowed: >= {num_nodes}")
+
+
 def stage_of(server_round: int, num_rounds: int, ufo: "FedUFOConfig") -> int:
     """1 for the first round(fraction * num_rounds) rounds when UAD is on (paper Sec. 3.4), else 2."""
     if "uad" not in ufo.losses:
@@ -162,4 +174,5 @@ METHODS = [MethodDecl(
                              "fedufo-uniform-loss", "fedufo-disc-loss", "fedufo-cgr-loss", "fedufo-cgl-loss",
                              "fedufo-disc-own-accuracy", DISC_STEPS, CE_LOSS, CGR_MAX_PROB, CGR_ENTROPY,
                              GLOBAL_TRAIN_ACCURACY),
-                    actions=("train", "train.prior", "train.posterior"), state=(STATE_PRIOR, STATE_PRIOR_ROUND)))]
+                    actions=("train", "train.prior", "train.posterior"), state=(STATE_PRIOR, STATE_PRIOR_ROUND)),
+    check_federation=check_federation)]
