@@ -106,9 +106,6 @@ def check_device(cfg: RunConfig) -> None:
 
 def check_dataset_files(cfg: RunConfig) -> None:
     if cfg.dataset not in TORCHVISION_FILES or cfg.download:
-    if cfg.dataset.startswith("hf:"):  # loaded through FederatedDataset: no network, no such dataset or columns
-        dataset_shape(cfg.dataset)     # are refused here (data_partitioning/hf.py, a ConfigError naming the key)
-        return
         return
     missing = missing_torchvision_files(cfg.dataset, cfg.data_root)
     if missing and system_copy(cfg.dataset) is None:  # fmnist: Debian's package copy is read in place
