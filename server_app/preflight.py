@@ -105,6 +105,9 @@ def check_device(cfg: RunConfig) -> None:
 
 
 def check_dataset_files(cfg: RunConfig) -> None:
+    if cfg.dataset.startswith("hf:"):  # loaded through FederatedDataset: no network, no such dataset or columns
+        dataset_shape(cfg.dataset)     # are refused here (data_partitioning/hf.py, a ConfigError naming the key)
+        return
     if cfg.dataset not in TORCHVISION_FILES or cfg.download:
         return
     missing = missing_torchvision_files(cfg.dataset, cfg.data_root)
