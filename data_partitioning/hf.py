@@ -22,14 +22,13 @@ from urllib.parse import parse_qsl
 
 import numpy as np
 
-from data_partitioning.datasets import DatasetError
 from flcore.schema import ConfigError
 
 PREFIX = "hf:"
 OPTIONS = ("image", "label")
 
 
-class HFDatasetError(DatasetError, ConfigError):
+class HFDatasetError(ConfigError):
     """A hf: dataset that cannot be loaded or read: the message names the key, the dataset and what to do (a
     ConfigError, so the command line and the ServerApp refuse the run with it before round 1)."""
 
