@@ -14,8 +14,8 @@ from flwr.app import Error, Message, RecordDict
 from benchmarks.inproc_grid import InProcessGrid
 from client_app.state import ClientState
 from client_app.trainers.base import ClientData, TrainJob
-from client_app.trainers.fedufo import FedUFOTrainer
-from client_app.trainers.ufo_losses import consensus_kl, discriminator_loss, group_target, uniform_loss
+from client_app.trainers.fedufo.trainer import FedUFOTrainer
+from client_app.trainers.fedufo.equations import consensus_kl, discriminator_loss, group_target, uniform_loss
 from flcore.config import PROJECT_ROOT, ConfigError, RunConfig, resolve_run_config
 from flcore.methods.fedufo import (COUNTS_KEY, GROUP_KEY, PRIOR_KEY, FedUFOConfig, active_terms, class_proportions,
                                    needs_relay, parse_losses, stage_of)

@@ -11,8 +11,8 @@ import numpy as np
 import pytest
 import torch
 
-from client_app.trainers.fedufo import FedUFOTrainer
-from client_app.trainers.fedufo_terms import LiveOutputs
+from client_app.trainers.fedufo.trainer import FedUFOTrainer
+from client_app.trainers.fedufo.loss_terms import LiveOutputs
 from flcore.methods.fedufo import CLIENTS_KEY
 from flcore.records import model_params
 from models import build_model

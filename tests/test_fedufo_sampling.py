@@ -11,7 +11,7 @@ import pytest
 import torch
 
 from client_app.trainers.base import ClientData
-from client_app.trainers.fedufo import FedUFOTrainer
+from client_app.trainers.fedufo.trainer import FedUFOTrainer
 from flcore.config import ConfigError, RunConfig, resolve_run_config
 from flcore.methods.fedufo import GLOBAL_TRAIN_ACCURACY, FedUFOConfig
 from flcore.records import model_params

@@ -9,8 +9,8 @@ import torch
 from flwr.app import RecordDict
 
 from client_app.state import ClientState
-from client_app.trainers import fedufo_terms
-from client_app.trainers.fedufo import FedUFOTrainer
+from client_app.trainers.fedufo import loss_terms
+from client_app.trainers.fedufo.trainer import FedUFOTrainer
 from flcore.methods.fedufo import FedUFOConfig
 from flcore.records import model_params
 from models import build_model
@@ -39,9 +39,9 @@ def _posterior_events(monkeypatch, **extra):
     def record(kind: str) -> None:
         events.append((kind, _snapshot(disc), torch.cat([p.detach().flatten() for p in backbone]).numpy().copy()))
 
-    uniform_loss, disc_step = fedufo_terms.UniformTerm.loss, fedufo_terms._DiscriminatorUpdates._step
-    monkeypatch.setattr(fedufo_terms.UniformTerm, "loss", lambda self, m, step: (record("M"), uniform_loss(self, m, step))[1])
-    monkeypatch.setattr(fedufo_terms._DiscriminatorUpdates, "_step",
+    uniform_loss, disc_step = loss_terms.UniformTerm.loss, loss_terms._DiscriminatorUpdates._step
+    monkeypatch.setattr(loss_terms.UniformTerm, "loss", lambda self, m, step: (record("M"), uniform_loss(self, m, step))[1])
+    monkeypatch.setattr(loss_terms._DiscriminatorUpdates, "_step",
                         lambda self, own, others: (record("D"), disc_step(self, own, others))[1])
     reply = trainer.run()
     return trainer, events, reply, theta

@@ -168,7 +168,7 @@ def class_proportions(counts: np.ndarray) -> np.ndarray:
 
 METHODS = [MethodDecl(
     "fedufo", "Zhang, Luo, Bai, Du and Duan, ICCV 2021 (FedUFO)", "strategies.fedufo:FedUFOStrategy",
-    "client_app.trainers.fedufo:FedUFOTrainer", config=FedUFOConfig, model_hook="models.extras:add_discriminator",
+    "client_app.trainers.fedufo.trainer:FedUFOTrainer", config=FedUFOConfig, model_hook="models.extras:add_discriminator",
     payload=Payload(config=(STAGE_KEY, CLIENTS_KEY), records=(PRIOR_KEY, GROUP_KEY), reply_records=(COUNTS_KEY,),
                     metrics=("fedufo-stage", "fedufo-priors-received", "fedufo-own-prior-retrained",
                              "fedufo-uniform-loss", "fedufo-disc-loss", "fedufo-cgr-loss", "fedufo-cgl-loss",

@@ -1,7 +1,7 @@
 """FedUFO's loss terms for the one local loop (paper Eqs. 4-12): the prior-feature bank, L_uniform (UAD),
 the discriminator step on L^d_cls, CGR against the group consensus and CGL against the global model.
 
-Each term wraps a pure function of client_app/trainers/ufo_losses.py; the trainer (fedufo.py) assembles
+Each term wraps a pure function of client_app/trainers/fedufo/equations.py; the trainer (trainer.py) assembles
 them per stage. The discriminator module itself is model construction (models/extras.py).
 """
 
@@ -11,7 +11,7 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 
-from client_app.trainers.ufo_losses import consensus_kl, discriminator_loss, group_target, uniform_loss
+from client_app.trainers.fedufo.equations import consensus_kl, discriminator_loss, group_target, uniform_loss
 from client_app.training import LossTerm, OptimConfig, Step, minibatches
 from flcore.methods.fedufo import DISC_PREFIX
 

@@ -32,7 +32,7 @@ from flwr.app import ConfigRecord
 from torch import nn
 
 from client_app.trainers.base import Trainer, frozen_copy
-from client_app.trainers.fedufo_terms import (CGLTerm, CGRTerm, CrossEntropyMeter, DiscriminatorPhase, DiscriminatorTerm,
+from client_app.trainers.fedufo.loss_terms import (CGLTerm, CGRTerm, CrossEntropyMeter, DiscriminatorPhase, DiscriminatorTerm,
                                              LiveOutputs, PriorBank, UniformTerm, _Meter, model_only_params,
                                              set_trainable)
 from client_app.training import LossTerm, OptimConfig, TrainStats, evaluate, local_train
