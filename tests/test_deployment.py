@@ -253,7 +253,16 @@ def test_kubernetes_manifests_wire_identity_data_and_secrets() -> None:
     assert names.index("POD_INDEX") < names.index("NODE_CONFIG")  # $(POD_INDEX) is expanded in order
     assert env["NODE_CONFIG"]["value"] == ("client-id=$(POD_INDEX) data-path='/data/client-$(POD_INDEX).npz' "
                                            "state-dir='/state'")
-    assert env["AUTH_KEY"]["value"] == "/keys/supernode-$(POD_INDEX)"
+    # the SuperNode container holds only its own key: an init container copies supernode-<pod index> out of
+    # the fleet's key secret into a memory volume, which is all the SuperNode container mounts
+    assert env["AUTH_KEY"]["value"] == "/key/supernode.key"
+    [init] = pod["initContainers"]
+    assert "cp /all-keys/supernode-$(POD_INDEX) /key/supernode.key" in init["command"][-1]
+    assert {m["name"] for m in init["volumeMounts"]} == {"keys", "own-key"}
+    main_mounts = {m["name"]: m for m in pod["containers"][0]["volumeMounts"]}
+    assert "keys" not in main_mounts and main_mounts["own-key"]["readOnly"] is True
+    assert {v["name"]: v for v in pod["volumes"]}["own-key"]["emptyDir"]["medium"] == "Memory"
+    assert init["securityContext"]["readOnlyRootFilesystem"] is True and init["resources"]["limits"]
     volumes = {v["name"]: v for v in pod["volumes"]}
     assert volumes["ca"]["secret"]["secretName"] == "federation-ca"
     secrets = {s["name"]: s["files"] for s in kust["secretGenerator"]}
