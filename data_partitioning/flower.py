@@ -33,7 +33,7 @@ from typing import Any
 
 import numpy as np
 
-from data_partitioning.partitioners import PartitionError
+from data_partitioning.partitioners import PartitionError, check_sizes
 
 FLOWER_PARTITIONS = ("iid", "dirichlet", "shards")
 
@@ -85,9 +85,4 @@ def flower_partition(labels: np.ndarray, partition: str, num_partitions: int, se
     except ValueError as exc:
         raise PartitionError(f"{what} over {num_partitions} clients: flwr-datasets refused it ({exc}); use fewer "
                              "clients or change the partition settings") from None
-    small = [(k, len(p)) for k, p in enumerate(parts) if len(p) < max(min_size, 1)]
-    if small:
-        k, n = small[0]
-        raise PartitionError(f"{what} leaves client {k} with {n} samples (< min-partition-size={max(min_size, 1)}); "
-                             f"{len(small)} client(s) affected: use fewer clients or change the partition settings")
-    return parts
+    return check_sizes(parts, min_size, what)

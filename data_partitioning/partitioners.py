@@ -17,7 +17,8 @@ class PartitionError(ValueError):
     pass
 
 
-def _check_sizes(parts: list[np.ndarray], min_size: int, what: str) -> list[np.ndarray]:
+def check_sizes(parts: list[np.ndarray], min_size: int, what: str) -> list[np.ndarray]:
+    """``parts``, or a PartitionError naming the first client below ``min_size`` (at least 1) samples."""
     small = [(k, len(p)) for k, p in enumerate(parts) if len(p) < max(min_size, 1)]
     if small:
         k, n = small[0]
@@ -97,7 +98,7 @@ def power_law(labels: np.ndarray, num_clients: int, exponent: float, rng: np.ran
                 del pools[c][:extra]
         parts.append(np.sort(np.asarray(idx, dtype=np.int64)))
     perm = rng.permutation(num_clients)
-    return _check_sizes([parts[i] for i in perm], min_size, f"partition 'power-law' (exponent={exponent})")
+    return check_sizes([parts[i] for i in perm], min_size, f"partition 'power-law' (exponent={exponent})")
 
 
 def local_split(n: int, test_fraction: float, rng: np.random.Generator) -> tuple[np.ndarray, np.ndarray]:
