@@ -144,6 +144,12 @@ class ResultsWriter:
     def final(self, num_clients: int) -> dict[str, Any]:
         return summarize(self.rounds, self.run_config, num_clients)
 
+    def close(self) -> None:
+        """Close what stays open between rounds (the TensorBoard writer and its thread); the runner calls it
+        when the run ends, however it ends."""
+        if self.tensorboard is not None:
+            self.tensorboard.close()
+
     def write(self, num_clients: int = 0) -> Path:
         path = self.out_dir / "results.json"
         doc = {"run_config": _jsonable(self.run_config), "rounds": self.rounds, "final": self.final(num_clients),

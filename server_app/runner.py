@@ -138,70 +138,74 @@ def run_federation(grid: Grid, cfg: RunConfig) -> dict[str, Any]:
     eval_sets = {k: (torch.as_tensor(x, device=device), torch.as_tensor(y, device=device))
                  for k, (x, y) in eval_sets.items()}
     results = ResultsWriter(out_dir, cfg.to_dict())
-    first = 1
-    strategy.state_ledger = StateLedger.fresh()  # run-bound client state (client_app/state.py)
-    if cfg.resume_from:
-        ckpt = load_checkpoint(cfg.resume_from, cfg.to_dict())
-        params = ckpt["params"]
-        strategy.load_state_dict(ckpt["strategy"])
-        strategy.state_ledger = StateLedger.resumed(ckpt.get("client_state"), int(ckpt["round"]), cfg.method)
-        results.rounds = list(ckpt["rounds"])
-        first = int(ckpt["round"]) + 1
-        _say(f"resumed from {cfg.resume_from} after round {ckpt['round']}")
-    _say(f"{cfg.method} on {cfg.dataset} ({cfg.partition}), {num_clients} clients, "
-         f"{cfg.num_server_rounds} rounds -> {out_dir}")
-    t_rounds = time.time()
-    last_checkpoint = float("-inf")
-    for rnd in range(first, cfg.num_server_rounds + 1):
-        t0 = time.time()
-        outcome = strategy.train_round(grid, rnd, params)
-        strategy.state_ledger.check_refusals(outcome.failures)  # resumed without the clients' state: stop
-        params = outcome.params
-        load_params(model, params)
-        scores, model_stats = {}, {}
-        for name, (x, y) in eval_sets.items():  # model_stats: what the model measured, e.g. LRA graph density
-            scores[name] = evaluate(model, x, y)
-            model_stats.update({f"{name}_{k}": v for k, v in pop_eval_stats(model).items()})
-        g_loss, g_acc = scores.get("global", (None, None))
-        row = round_row(rnd, outcome, g_loss, g_acc, 0.0)
-        row.update(model_stats)
-        if "val" in scores:
-            row["val_loss"], row["val_accuracy"] = scores["val"]
-        registration = [f.as_dict() for f in strategy.drain_register_failures()]
-        if registration:  # nodes that could not register since the last round (asked again with back-off)
-            row["failures"] = registration + row["failures"]
-            row["num_failures"] = len(row["failures"])
-        every = cfg.federated_eval_every
-        if every and (rnd % every == 0 or rnd == cfg.num_server_rounds):
-            per_client, failures = strategy.federated_evaluate(grid, rnd, params)
-            row.update(client_eval_summary(per_client, strategy))
-            row["failures"] += [f.as_dict() for f in failures]
-            row["num_failures"] = len(row["failures"])
-        row["strategy"] = strategy.round_metrics()
-        row["wall_time_s"] = time.time() - t0
-        results.add_round(row)
-        # like results.json: after every round slower than WRITE_INTERVAL_S, and always after the last one
-        if cfg.checkpoint and (rnd == cfg.num_server_rounds or time.monotonic() - last_checkpoint >= WRITE_INTERVAL_S):
-            save_checkpoint(out_dir / "checkpoint.pt", server_round=rnd, params=params,
-                            strategy_state=strategy.state_dict(), rounds=results.rounds, run_config=cfg.to_dict(),
-                            client_state=strategy.state_ledger.to_dict())
-            strategy.state_ledger.checkpoint_round = rnd  # clients keep the state versions a resume from it needs
-            last_checkpoint = time.monotonic()
-        local = f"{row['local_accuracy']:.4f}" if row["local_accuracy"] is not None else "n/a"
-        gfl = f"G-FL acc {g_acc:.4f} loss {g_loss:.4f}" if g_acc is not None else "G-FL not evaluated"
-        if "val" in scores:
-            gfl += f" | val acc {scores['val'][1]:.4f}"
-        _say(f"[round {rnd}/{cfg.num_server_rounds}] {gfl} | P-FL acc {local} | "
-             f"{row['num_updates']}/{row['num_sampled']} updates, {row['num_failures']} failures | "
-             f"{row['wall_time_s']:.1f}s | {progress(rnd, first, cfg.num_server_rounds, t_start, t_rounds)}")
-    path = results.write(num_clients)
-    results.write_csv()
-    results.plot()
-    torch.save({k: torch.from_numpy(np.asarray(v)) for k, v in params.items()}, out_dir / "final_model.pt")
-    doc = {"run_config": results.run_config, "rounds": results.rounds, "final": results.final(num_clients)}
-    note = divergence_note(results.rounds, results.run_config, majority_share(eval_sets.get("global")))
-    _say(f"{DONE_MARKER} in {time.time() - t_start:.1f}s: {len(results.rounds)} rounds, final G-FL accuracy "
-         f"{doc['final'].get('global_accuracy')}; results in {path}")
-    if note:  # the run's last line: it did not learn, and why that is likely
-        _say(note)
-    return doc
+    try:  # the results writer holds the TensorBoard writer (and its thread) open between rounds
+        first = 1
+        strategy.state_ledger = StateLedger.fresh()  # run-bound client state (client_app/state.py)
+        if cfg.resume_from:
+            ckpt = load_checkpoint(cfg.resume_from, cfg.to_dict())
+            params = ckpt["params"]
+            strategy.load_state_dict(ckpt["strategy"])
+            strategy.state_ledger = StateLedger.resumed(ckpt.get("client_state"), int(ckpt["round"]), cfg.method)
+            results.rounds = list(ckpt["rounds"])
+            first = int(ckpt["round"]) + 1
+            _say(f"resumed from {cfg.resume_from} after round {ckpt['round']}")
+        _say(f"{cfg.method} on {cfg.dataset} ({cfg.partition}), {num_clients} clients, "
+             f"{cfg.num_server_rounds} rounds -> {out_dir}")
+        t_rounds = time.time()
+        last_checkpoint = float("-inf")
+        for rnd in range(first, cfg.num_server_rounds + 1):
+            t0 = time.time()
+            outcome = strategy.train_round(grid, rnd, params)
+            strategy.state_ledger.check_refusals(outcome.failures)  # resumed without the clients' state: stop
+            params = outcome.params
+            load_params(model, params)
+            scores, model_stats = {}, {}
+            for name, (x, y) in eval_sets.items():  # model_stats: what the model measured, e.g. LRA graph density
+                scores[name] = evaluate(model, x, y)
+                model_stats.update({f"{name}_{k}": v for k, v in pop_eval_stats(model).items()})
+            g_loss, g_acc = scores.get("global", (None, None))
+            row = round_row(rnd, outcome, g_loss, g_acc, 0.0)
+            row.update(model_stats)
+            if "val" in scores:
+                row["val_loss"], row["val_accuracy"] = scores["val"]
+            registration = [f.as_dict() for f in strategy.drain_register_failures()]
+            if registration:  # nodes that could not register since the last round (asked again with back-off)
+                row["failures"] = registration + row["failures"]
+                row["num_failures"] = len(row["failures"])
+            every = cfg.federated_eval_every
+            if every and (rnd % every == 0 or rnd == cfg.num_server_rounds):
+                per_client, failures = strategy.federated_evaluate(grid, rnd, params)
+                row.update(client_eval_summary(per_client, strategy))
+                row["failures"] += [f.as_dict() for f in failures]
+                row["num_failures"] = len(row["failures"])
+            row["strategy"] = strategy.round_metrics()
+            row["wall_time_s"] = time.time() - t0
+            results.add_round(row)
+            # like results.json: after every round slower than WRITE_INTERVAL_S, and always after the last one
+            due = rnd == cfg.num_server_rounds or time.monotonic() - last_checkpoint >= WRITE_INTERVAL_S
+            if cfg.checkpoint and due:
+                save_checkpoint(out_dir / "checkpoint.pt", server_round=rnd, params=params,
+                                strategy_state=strategy.state_dict(), rounds=results.rounds, run_config=cfg.to_dict(),
+                                client_state=strategy.state_ledger.to_dict())
+                strategy.state_ledger.checkpoint_round = rnd  # clients keep the state versions a resume from it needs
+                last_checkpoint = time.monotonic()
+            local = f"{row['local_accuracy']:.4f}" if row["local_accuracy"] is not None else "n/a"
+            gfl = f"G-FL acc {g_acc:.4f} loss {g_loss:.4f}" if g_acc is not None else "G-FL not evaluated"
+            if "val" in scores:
+                gfl += f" | val acc {scores['val'][1]:.4f}"
+            _say(f"[round {rnd}/{cfg.num_server_rounds}] {gfl} | P-FL acc {local} | "
+                 f"{row['num_updates']}/{row['num_sampled']} updates, {row['num_failures']} failures | "
+                 f"{row['wall_time_s']:.1f}s | {progress(rnd, first, cfg.num_server_rounds, t_start, t_rounds)}")
+        path = results.write(num_clients)
+        results.write_csv()
+        results.plot()
+        torch.save({k: torch.from_numpy(np.asarray(v)) for k, v in params.items()}, out_dir / "final_model.pt")
+        doc = {"run_config": results.run_config, "rounds": results.rounds, "final": results.final(num_clients)}
+        note = divergence_note(results.rounds, results.run_config, majority_share(eval_sets.get("global")))
+        _say(f"{DONE_MARKER} in {time.time() - t_start:.1f}s: {len(results.rounds)} rounds, final G-FL accuracy "
+             f"{doc['final'].get('global_accuracy')}; results in {path}")
+        if note:  # the run's last line: it did not learn, and why that is likely
+            _say(note)
+        return doc
+    finally:
+        results.close()

@@ -130,3 +130,38 @@ def test_the_command_line_refuses_it_before_any_engine(tmp_path):
     lines = proc.stderr.strip().splitlines()
     assert len(lines) == 1 and "'tensorboard'" in lines[0] and "noniid-fl[tensorboard]" in lines[0]
     assert not (tmp_path / "runs").exists()
+
+
+def test_the_run_closes_its_writer_when_it_ends(tmp_path):
+    """The writer (and its thread) is closed at the run's end, also when a round raises, so a process that runs
+    many federations (experiments.run) keeps none open."""
+    from flcore.config import RunConfig, resolve_run_config
+    from server_app import runner
+    from server_app.tensorboard_log import TensorBoardLog
+    from tests.fakegrid import FakeGrid
+
+    closed = []
+    real_close = TensorBoardLog.close
+
+    def close(self):
+        closed.append(self._writer is not None)
+        real_close(self)
+
+    cfg = RunConfig.from_dict(resolve_run_config({"dataset": "digits", "model": "mlp", "num-server-rounds": 1,
+                                                  "tensorboard": True, "out-dir": str(tmp_path / "a"),
+                                                  "checkpoint": False}))
+    TensorBoardLog.close = close
+    try:
+        runner.run_federation(FakeGrid(3), cfg)
+        assert closed == [True]  # opened by the round, closed at the end
+        broken = RunConfig.from_dict(resolve_run_config({**cfg.to_dict(), "out-dir": str(tmp_path / "b")}))
+        original = runner.round_row
+        runner.round_row = lambda *a, **k: (_ for _ in ()).throw(RuntimeError("round failed"))
+        try:
+            with pytest.raises(RuntimeError, match="round failed"):
+                runner.run_federation(FakeGrid(3), broken)
+        finally:
+            runner.round_row = original
+        assert closed == [True, False]  # closed although the run failed (before any round was written)
+    finally:
+        TensorBoardLog.close = real_close
