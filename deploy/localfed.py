@@ -214,6 +214,19 @@ class LocalFederation:
         return subprocess.run([str(Path(self.python).parent / "flwr"), *args], env=self.env(self.home),
                               cwd=self.workdir, capture_output=True, text=True, timeout=timeout)
 
+    def run_rogue_node(self, name: str, node_config: str, timeout: float = 120.0, **extra: str) -> tuple[int, str]:
+        """Start a SuperNode outside the federation's own (``extra``: env such as AUTH_KEY or MAX_WAIT) against
+        the Fleet address with the CA, wait for it to end, and return (exit code, its log)."""
+        env = self.env(self.workdir / f"{name}-home")
+        env.update(SUPERLINK=self.fleet_address, RUNTIME_PORT=str(free_ports(1)[0]), TUNED="0",
+                   NODE_CONFIG=node_config, CA_CERT=str(self.certs / "ca.crt"), **extra)
+        proc = self._spawn(name, "supernode.sh", env)
+        try:
+            proc.popen.wait(timeout=timeout)
+        finally:
+            proc.stop(grace=2)
+        return proc.popen.returncode, proc.log.read_text(errors="replace")
+
     def _spawn(self, name: str, script: str, env: dict[str, str]) -> Proc:
         return self._spawn_cmd(name, ["bash", str(DEPLOY / script)], env)
 

@@ -693,16 +693,8 @@ def test_unregistered_and_self_registering_nodes_are_refused_through_the_proxy(p
     proxy_log = (fed.logs / "proxy.log").read_text()
     assert re.search(r'"POST /v1/fleet/activate-node HTTP/1.1" 412 .* listener=%d' % fed.fleet_port, proxy_log)
     # a node with no key at all tries Fleet self-registration (register-node): refused under node auth
-    env = fed.env(tmp / "keyless-home")
-    env.update(SUPERLINK=fed.fleet_address, RUNTIME_PORT=str(free_ports(1)[0]), MAX_WAIT="20", TUNED="0",
-               NODE_CONFIG="partition-id=0 num-partitions=3", CA_CERT=str(fed.certs / "ca.crt"))
-    proc = fed._spawn("supernode-keyless", "supernode.sh", env)
-    try:
-        proc.popen.wait(timeout=120)
-    finally:
-        proc.stop(grace=2)
-    log = proc.log.read_text(errors="replace")
-    assert proc.popen.returncode != 0 and "SuperNode ID:" not in log, log[-2000:]
+    code, log = fed.run_rogue_node("supernode-keyless", "partition-id=0 num-partitions=3", MAX_WAIT="20")
+    assert code != 0 and "SuperNode ID:" not in log, log[-2000:]
     assert "SuperNode authentication is enabled. All SuperNodes must be registered via the CLI" in log
     lines = (fed.logs / "proxy.log").read_text()
     assert re.search(r'"POST /v1/fleet/register-node HTTP/1.1" 412 .* listener=%d' % fed.fleet_port, lines)

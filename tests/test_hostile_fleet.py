@@ -695,22 +695,12 @@ def test_identity_theft_and_a_second_use_of_a_key_are_refused_and_the_owners_tra
     second process starts with node 0's own key. The thief is refused by the ServerApp (identity-mismatch,
     recorded in the round's failures) and never trains; the second use of key 0 is refused by the SuperLink at
     activation (recorded in its log and the proxy's) and exits; the owners of 0, 1, 2 all train."""
-    from deploy.localfed import free_ports
-
     fed, tmp, _limits = fleet
     fed.start_node(3, tuned=False)
     fed.wait_connected([3])
-    env = fed.env(fed.workdir / "impostor-home")
-    env.update(SUPERLINK=fed.fleet_address, RUNTIME_PORT=str(free_ports(1)[0]), TUNED="0",
-               NODE_CONFIG="partition-id=0 num-partitions=4", CA_CERT=str(fed.certs / "ca.crt"),
-               AUTH_KEY=str(fed.certs / "keys" / "supernode-0"))
-    impostor = fed._spawn("impostor-0", "supernode.sh", env)
-    try:
-        impostor.popen.wait(timeout=120)
-    finally:
-        impostor.stop(grace=2)
-    imp_log = impostor.log.read_text(errors="replace")
-    assert impostor.popen.returncode != 0 and "SuperNode ID:" not in imp_log, imp_log[-2000:]
+    code, imp_log = fed.run_rogue_node("impostor-0", "partition-id=0 num-partitions=4",
+                                       AUTH_KEY=str(fed.certs / "keys" / "supernode-0"))
+    assert code != 0 and "SuperNode ID:" not in imp_log, imp_log[-2000:]
     assert "[code: 2004] Failed to activate SuperNode" in imp_log
     node0 = next(b["node_id"] for b in json.loads(fed.bindings.read_text())["nodes"] if b["client_id"] == 0)
     assert f"SuperNode with node ID {node0} could not be activated" in fed.superlink.log.read_text(errors="replace")
@@ -732,8 +722,8 @@ def test_identity_theft_and_a_second_use_of_a_key_are_refused_and_the_owners_tra
     bindings = json.loads(fed.bindings.read_text())["nodes"]
     assert all(owners[b["node_id"]] == "online" for b in bindings if b["client_id"] in (0, 1, 2)), owners
     FIGURES["identity"] = {"thief_refusals": len(stolen), "thief_received": sorted(set(received)),
-                           "impostor_exit": impostor.popen.returncode, "owners_trained": r["sampled"],
+                           "impostor_exit": code, "owners_trained": r["sampled"],
                            "round_s": round(time.time() - t0, 1)}
     print(f"\n[identity] thief (key bound to client 3, claiming 0): refused as identity-mismatch, never trained; "
-          f"second process with client 0's key: exit {impostor.popen.returncode} at activation (SuperLink 412); "
+          f"second process with client 0's key: exit {code} at activation (SuperLink 412); "
           f"a round on the owners 0, 1, 2 in {time.time() - t0:.1f} s")
