@@ -357,13 +357,13 @@ def main(argv: list[str] | None = None) -> int:
                     help="regenerate only the claims ledger section of the existing docs/RESULTS.md")
     ap.add_argument("--experiments", nargs="+", metavar="NAME",
                     help="with --ledger-only: also regenerate these experiments' sections (results/NAME) in place")
-    ap.add_argument("--mark-stopped", metavar="NAME", help="results/NAME stopped before its planned rounds "
-                    "(a deadline): set its report-rounds to where its runs stopped, then regenerate the doc")
+    ap.add_argument("--mark-stopped", nargs="+", metavar="NAME", help="results/NAME stopped before its planned "
+                    "rounds (a deadline): set its report-rounds to where its runs stopped, then regenerate the doc")
     ap.add_argument("--note", default="", help="with --mark-stopped: the report-note, if it has none")
     args = ap.parse_args(argv)
-    if args.mark_stopped:
-        rounds = mark_stopped(RESULTS_ROOT / args.mark_stopped, args.note)
-        print(f"results/{args.mark_stopped}: " + (f"report-rounds = {rounds}" if rounds else "every run finished"))
+    for name in args.mark_stopped or []:
+        rounds = mark_stopped(RESULTS_ROOT / name, args.note)
+        print(f"results/{name}: " + (f"report-rounds = {rounds}" if rounds else "every run finished"))
     if args.experiments and not args.ledger_only:
         ap.error("--experiments goes with --ledger-only (without it the whole doc is regenerated)")
     DOC.parent.mkdir(parents=True, exist_ok=True)

@@ -67,7 +67,5 @@ mkdir -p "$logs"
 printf '%s\n' "${jobs[@]}" | LOGS="$logs" xargs -P "${RUN_PARALLEL:-${#jobs[@]}}" -L 1 sh -c \
   'left=$(( END - $(date +%s) )); [ "$left" -gt 0 ] || exit 0; OMP_NUM_THREADS=1 timeout "$left" '"$py"' -m experiments.run "$0" --only "$1" --seeds '"${seeds[*]}"' > "$LOGS/$(basename "$0" .toml).$1.log" 2>&1; rc=$?; [ "$rc" = 0 ] || [ "$rc" = 124 ] || { echo "failed: $0 $1 (log follows)"; tail -20 "$LOGS/$(basename "$0" .toml).$1.log"; exit 1; }' \
   || echo "some runs failed (their logs above); the others are reported"
-for a in 01 05; do
-  "$py" -m experiments.report --mark-stopped "fmnist-table-dir$a-gpu" --note "Stopped by the ${deadline} s deadline of scripts/fmnist_table_gpu.sh (planned: $rounds rounds); every run is read at the rounds where the stopped runs stopped."
-done
+"$py" -m experiments.report --mark-stopped fmnist-table-dir01-gpu fmnist-table-dir05-gpu --note "Stopped by the ${deadline} s deadline of scripts/fmnist_table_gpu.sh (planned: $rounds rounds); every run is read at the rounds where the stopped runs stopped."
 echo "done in $(( $(date +%s) - start )) s; results/fmnist-table-dir01-gpu/ and results/fmnist-table-dir05-gpu/ (docs/RESULTS.md regenerated)"
