@@ -42,7 +42,7 @@ PHASES = (("local training (all methods' loop, graph included)", "client_app/tra
           ("graph masks (SLIM solve / complete graph)", "models/lra.py", "mask_from_pearson"),
           ("message passing", "models/lra.py", "propagate"),
           ("inductive evaluation graphs", "models/lra.py", "augment_inductive"),
-          ("Nash aggregation (Gram + solve)", "strategies/fedrane.py", "aggregate"))
+          ("Nash aggregation (Gram + solve)", "strategies/methods/fedrane/strategy.py", "aggregate"))
 
 
 def job(method: str, clients: int, epochs: int, max_steps: int, out_dir: Path) -> dict[str, Any]:

@@ -39,7 +39,7 @@ from flcore.config import RunConfig, resolve_run_config  # noqa: E402
 from models import build_model  # noqa: E402
 from models.lra import contrastive_discrimination  # noqa: E402
 from strategies.base import ClientUpdate  # noqa: E402
-from strategies.fedrane import GNEStrategy  # noqa: E402
+from strategies.methods.fedrane.strategy import GNEStrategy  # noqa: E402
 
 INPUT_SHAPES = {"mlp": (1, 28, 28), "convnet": (1, 28, 28), "resnet18": (3, 32, 32), "vgg11": (3, 32, 32)}
 
@@ -138,7 +138,7 @@ def main() -> None:
     ap.add_argument("--batch-size", type=int, default=128)
     ap.add_argument("--name", default="gne")
     args = ap.parse_args()
-    from strategies.nash import solve_nash_cvxpy
+    from strategies.methods.fedrane.nash import solve_nash_cvxpy
     solve_nash_cvxpy(np.eye(3))  # pay cvxpy's one-off import/canonicalisation before timing
     steps_per_round = args.local_epochs * math.ceil(args.local_samples / args.batch_size)
     print(f"torch threads {torch.get_num_threads()}; local round = {args.local_epochs} epochs x "

@@ -130,15 +130,16 @@ def round_clock(cpu_each_round: bool = True) -> Iterator[list[tuple[float, float
 
 
 def _modules_calling_exchange(package: str = "strategies") -> list[Any]:
-    """Every module of ``package`` that imported ``strategies.exchange.exchange`` by name (the round
-    driver, the client registry, FedUFO's relay ...): the places a timing wrapper must replace it."""
+    """Every module of ``package`` and its subpackages that imported ``strategies.exchange.exchange`` by name
+    (the round driver, the client registry, FedUFO's relay and SphereFed's calibration in strategies/methods/):
+    the places a timing wrapper must replace it."""
     import importlib
     import pkgutil
 
     import strategies.exchange as ex
 
     pkg = importlib.import_module(package)
-    mods = [importlib.import_module(f"{package}.{info.name}") for info in pkgutil.iter_modules(pkg.__path__)]
+    mods = [importlib.import_module(info.name) for info in pkgutil.walk_packages(pkg.__path__, f"{package}.")]
     return [m for m in mods if m is not ex and getattr(m, "exchange", None) is ex.exchange]
 
 

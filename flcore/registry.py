@@ -64,7 +64,7 @@ class MethodDecl:
 
 
 BASE_TRAINER = "client_app.trainers.base:Trainer"
-FEDAVG_STRATEGY = "strategies.fedavg:FedAvgStrategy"
+FEDAVG_STRATEGY = "strategies.methods.fedavg:FedAvgStrategy"
 
 _RUNTIME: dict[str, MethodDecl] = {}
 

@@ -80,7 +80,7 @@ class OrthogonalHead(nn.Module):
     """logits = scale * h W with W (d x C, orthonormal columns) a buffer: no optimiser can move it.
 
     SphereFed's calibration replaces ``weight`` by its closed-form least-squares classifier after training
-    (strategies/spherefed.py); the buffer travels with the model like any other state entry.
+    (strategies/methods/spherefed.py); the buffer travels with the model like any other state entry.
     """
 
     def __init__(self, feature_dim: int, num_classes: int, seed: int, scale: float = 1.0) -> None:

@@ -1,1 +1,2 @@
-"""Server-side strategies, one module per method; see flcore/registry.py for the name mapping."""
+"""Server-side strategies: the infrastructure they share here, each method's Strategy in strategies/methods/; see
+flcore/registry.py for the name mapping."""

@@ -188,7 +188,7 @@ def _check_in_order(params: Arrays, reference: Arrays, max_update_norm: float) -
 def step_scale(samples: int, epochs: int, batch_size: int, max_steps: int, momentum: float) -> float:
     """How far ``samples`` registered training samples can legitimately move a client's model, relative to
     one plain SGD step: ||a||_1 of the local steps they allow (``epochs`` x ceil(samples / batch_size), capped
-    at ``max_steps`` when > 0) under heavy-ball ``momentum`` (FedNova's ||a_k||_1, strategies/fednova.py).
+    at ``max_steps`` when > 0) under heavy-ball ``momentum`` (FedNova's ||a_k||_1, strategies/methods/fednova.py).
     An update of s steps with gradients of norm at most G has norm at most lr G ||a||_1, so this is the
     largest factor by which honest updates grow with a client's data; computed from the registration the
     server holds, never from a count the client reports."""

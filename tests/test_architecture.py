@@ -149,7 +149,7 @@ def test_no_import_runs_upward_against_the_layering():
 
 
 @pytest.mark.parametrize("importer, imported", [("server_app.app", "engines"), ("flcore.paper_presets", "flcore.presets"),
-                                                ("strategies.validation", "strategies.fednova")])
+                                                ("strategies.validation", "strategies.methods.fednova")])
 def test_the_imports_that_used_to_break_the_map_are_gone(importer, imported):
     graph = import_graph()
     assert not {o for o in graph[importer] if o == imported or o.startswith(imported + ".")}
@@ -163,8 +163,9 @@ PAPER_TABLE = "flcore.paper_presets"         # the paper presets: each row names
 def method_owners(graph: dict[str, frozenset[str]]) -> dict[str, str]:
     """module -> the method family (declaration module of flcore/methods) whose code it is: the declaration
     module, the modules only that family's declarations name (Strategy, trainer, model hook), and - to a fixed
-    point - the modules that only that family's modules import (helpers such as strategies/nash.py). A module
-    two families name or import (the base trainer, FedAvg's strategy, models/extras.py) is shared code."""
+    point - the modules that only that family's modules import (helpers such as
+    strategies/methods/fedrane/nash.py). A module two families name or import (the base trainer, FedAvg's
+    strategy, models/extras.py) is shared code."""
     import importlib
 
     from flcore.methods import MODULES
@@ -229,9 +230,10 @@ def test_the_method_name_scan_finds_every_form_of_test():
 
 def test_method_ownership_reads_the_declarations():
     owners = method_owners(import_graph())
-    assert owners["flcore.methods.fedufo"] == owners["strategies.fedufo"] == "fedufo"
-    assert owners["strategies.nash"] == owners["models.lra"] == "fedrane"  # helpers only FedRANE imports
-    for shared in ("client_app.trainers.base", "strategies.fedavg", "strategies.round_driver", "client_app.app",
+    assert owners["flcore.methods.fedufo"] == owners["strategies.methods.fedufo"] == "fedufo"
+    # helpers only FedRANE imports
+    assert owners["strategies.methods.fedrane.nash"] == owners["models.lra"] == "fedrane"
+    for shared in ("client_app.trainers.base", "strategies.methods.fedavg", "strategies.round_driver", "client_app.app",
                    "server_app.preflight", "models.extras", "flcore.config"):
         assert shared not in owners, shared
 

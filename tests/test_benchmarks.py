@@ -137,6 +137,17 @@ def test_exchange_clock_records_every_exchange_of_an_in_process_run(tmp_path):
     assert driver.exchange is ex.exchange                                          # unwrapped afterwards
 
 
+def test_exchange_clock_finds_the_callers_inside_the_method_packages():
+    """The clock's search descends into strategies/methods/ (FedUFO's relay, SphereFed's calibration exchange)
+    as well as the shared modules."""
+    from benchmarks.harness import _modules_calling_exchange
+
+    found = {m.__name__ for m in _modules_calling_exchange()}
+    assert {"strategies.round_driver", "strategies.client_registry", "strategies.methods.fedufo",
+            "strategies.methods.spherefed"} <= found
+    assert not any(name.startswith("client_app") for name in found)
+
+
 def test_round_clock_reads_the_tree_cpu_only_where_the_steady_state_needs_it(tmp_path):
     """With ``cpu_each_round=False`` the process tree's CPU (a /proc scan, ~0.8 ms) is read on the lines of
     rounds 1 and R-1 and on lines that are not round lines, never on the others; bench_overhead's per-round

@@ -23,7 +23,7 @@ from flcore.records import model_params, params_to_record, record_to_params
 from models import build_model
 from models.heads import ETFHead, simplex_etf
 from strategies.base import ClientUpdate
-from strategies.fedetf import (FedETFStrategy, average_class_means, classifier_cosines, update_memory,
+from strategies.methods.fedetf import (FedETFStrategy, average_class_means, classifier_cosines, update_memory,
                                warmup_round)
 
 C, D_IN = 4, 12
@@ -141,7 +141,7 @@ def test_averaging_keeps_the_head_exact_and_fedetf_pins_it():
         p = OrderedDict((n, v + (0 if n == "head.weight" else rng.normal(size=v.shape).astype(v.dtype) * 0.01))
                         for n, v in ref.items())
         ups.append(ClientUpdate(k, p, 10 + k, {}, {}))
-    from strategies.fedavg import FedAvgStrategy
+    from strategies.methods.fedavg import FedAvgStrategy
     assert np.array_equal(FedAvgStrategy(cfg).aggregate(1, ref, ups)["head.weight"], ref["head.weight"])
     ups[0].params["head.weight"] = ref["head.weight"] + 0.5  # a client that tampered with W*
     assert np.array_equal(FedETFStrategy(cfg).aggregate(1, ref, ups)["head.weight"], ref["head.weight"])

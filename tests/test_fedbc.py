@@ -25,8 +25,8 @@ from flcore.methods.fedbc import FedBCConfig
 from flcore.records import model_params
 from models import build_model
 from strategies.base import ClientInfo, ClientUpdate
-from strategies.fedbc import FedBCStrategy, FedBCUniformStrategy
-from strategies.fedbc_math import (dual_ascent, dual_weighted_average, dual_weights, gamma_step, project,
+from strategies.methods.fedbc.strategy import FedBCStrategy, FedBCUniformStrategy
+from strategies.methods.fedbc.duals import (dual_ascent, dual_weighted_average, dual_weights, gamma_step, project,
                                    squared_distance, stats, uniform_average, weight_gaps)
 
 

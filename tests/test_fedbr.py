@@ -31,7 +31,7 @@ from models.base import FLModel
 from models.extras import ProjectionHead, add_fedbr_projection
 from models.networks import Flatten
 from strategies.base import ClientUpdate
-from strategies.fedbr import FedBRStrategy, uniform_delta_average
+from strategies.methods.fedbr import FedBRStrategy, uniform_delta_average
 
 torch.set_num_threads(1)
 C = 3

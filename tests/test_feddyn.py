@@ -11,7 +11,7 @@ from client_app.state import ClientState
 from client_app.trainers.feddyn import STATE_GRAD, feddyn_regulariser, feddyn_state_update
 from flcore.config import ConfigError
 from strategies.base import ClientUpdate
-from strategies.feddyn import FedDynStrategy, feddyn_server_update
+from strategies.methods.feddyn import FedDynStrategy, feddyn_server_update
 
 
 def test_regulariser_value_and_gradient():

@@ -10,7 +10,7 @@ from flwr.app import MetricRecord, RecordDict
 from flcore.records import params_to_record
 from strategies.aggregation import weighted_average
 from strategies.base import ClientUpdate
-from strategies.fednova import FedNovaStrategy, a_norm, fednova_aggregate
+from strategies.methods.fednova import FedNovaStrategy, a_norm, fednova_aggregate
 from tests._baselines_util import make_cfg, register_sizes
 
 

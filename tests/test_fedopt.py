@@ -7,7 +7,7 @@ import pytest
 
 from flcore.config import ConfigError
 from strategies.base import ClientUpdate
-from strategies.fedopt import FedAdamStrategy, FedYogiStrategy, second_moment
+from strategies.methods.fedopt import FedAdamStrategy, FedYogiStrategy, second_moment
 from tests._baselines_util import bound_error, make_cfg
 
 X = {"w": np.array([1.0, -2.0], np.float32)}

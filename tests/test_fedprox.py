@@ -16,7 +16,7 @@ from flcore.config import ConfigError, RunConfig
 from flcore.methods.fedprox import FedProxConfig
 from flcore.registry import FEDAVG_STRATEGY, get_method, resolve
 from strategies.aggregation import weighted_average
-from strategies.fedavg import FedAvgStrategy
+from strategies.methods.fedavg import FedAvgStrategy
 
 
 def test_penalty_value_by_hand():

@@ -18,7 +18,7 @@ from models import build_model
 from strategies.aggregation import weighted_average
 from strategies.base import ClientUpdate
 from flcore.methods.fedrane import FedRANEConfig
-from strategies.fedrane import GNEStrategy, step_coefficients
+from strategies.methods.fedrane.strategy import GNEStrategy, step_coefficients
 from tests._baselines_util import bound_error, run_config_keys
 
 

@@ -19,7 +19,7 @@ from models.heads import OrthogonalHead
 from models.lra import (LRANeck, complete_mask, contrastive_discrimination, neighbour_mask, pearson_matrix,
                         relational_adjacency, slim_alternating, slim_closed_form)
 from models.lra_gat import GATHead
-from strategies.fedrane import step_coefficients
+from strategies.methods.fedrane.strategy import step_coefficients
 
 
 def cfg_of(method: str, **over) -> RunConfig:

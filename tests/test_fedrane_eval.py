@@ -24,7 +24,7 @@ from models.evaluation import eval_support, eval_support_size, evaluate, pop_eva
 from models.lra import graph_mask, slim_alternating, slim_closed_form, support_graphs
 from flcore.methods.fedrane import FedRANEConfig
 from strategies.base import ClientUpdate
-from strategies.fedrane import lra_summary, weight_spread
+from strategies.methods.fedrane.strategy import lra_summary, weight_spread
 from tests._baselines_util import run_config_keys
 
 

@@ -22,7 +22,7 @@ from flcore.methods.fedufo import (COUNTS_KEY, GROUP_KEY, PRIOR_KEY, FedUFOConfi
 from flcore.records import model_params, params_to_record
 from models import build_model
 from strategies.exchange import record_dict_nbytes
-from strategies.fedufo import FedUFOStrategy, dynamic_sample, relay_records, strip_discriminator
+from strategies.methods.fedufo import FedUFOStrategy, dynamic_sample, relay_records, strip_discriminator
 from tests._baselines_util import bound_error
 
 

@@ -16,7 +16,7 @@ from client_app.trainers.fedufo.loss_terms import LiveOutputs
 from flcore.methods.fedufo import CLIENTS_KEY
 from flcore.records import model_params
 from models import build_model
-from strategies.fedufo import FedUFOStrategy, relay_records
+from strategies.methods.fedufo import FedUFOStrategy, relay_records
 from tests.test_fedufo import FailingGrid, _cfg, _job
 
 

@@ -17,7 +17,7 @@ from flcore.methods.fedufo import GLOBAL_TRAIN_ACCURACY, FedUFOConfig
 from flcore.records import model_params
 from models import build_model
 from models.evaluation import evaluate
-from strategies.fedufo import FedUFOStrategy, dynamic_sample, worst_half
+from strategies.methods.fedufo import FedUFOStrategy, dynamic_sample, worst_half
 from tests.test_fedufo import FailingGrid, _cfg, _job
 
 

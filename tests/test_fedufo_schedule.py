@@ -14,7 +14,7 @@ from client_app.trainers.fedufo.trainer import FedUFOTrainer
 from flcore.methods.fedufo import FedUFOConfig
 from flcore.records import model_params
 from models import build_model
-from strategies.fedufo import relay_records
+from strategies.methods.fedufo import relay_records
 from tests.test_fedufo import _cfg, _job
 
 

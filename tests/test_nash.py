@@ -1,4 +1,5 @@
-"""Nash-bargaining solvers of FedRANE's GNE (strategies/nash.py): values, invariants, agreement, failures."""
+"""Nash-bargaining solvers of FedRANE's GNE (strategies/methods/fedrane/nash.py): values, invariants, agreement,
+failures."""
 
 from __future__ import annotations
 
@@ -8,7 +9,7 @@ from collections import OrderedDict
 import numpy as np
 import pytest
 
-from strategies.nash import (STATUS_CONVERGED, STATUS_SOLVER_FAILED, combine_deltas, delta_gram,
+from strategies.methods.fedrane.nash import (STATUS_CONVERGED, STATUS_SOLVER_FAILED, combine_deltas, delta_gram,
                              floating_keys, nash_degenerate, nash_residual, simplex_min_quadratic,
                              solve_nash_cvxpy, solve_nash_newton)
 

@@ -15,7 +15,7 @@ from flcore.config import ConfigError
 from flcore.records import params_to_record
 from models import build_model
 from strategies.base import ClientUpdate
-from strategies.qfedavg import QFedAvgStrategy, qfedavg_aggregate
+from strategies.methods.qfedavg import QFedAvgStrategy, qfedavg_aggregate
 from tests._baselines_util import bound_error, make_cfg, register_sizes
 
 W = {"w": np.array([1.0, 1.0], np.float32)}

@@ -61,7 +61,7 @@ def test_min_train_replies_is_respected(tmp_path):
 def test_fedavg_round_equals_weighted_mean_of_client_models(tmp_path):
     """One round through the real handlers: the new global model is the n_k-weighted mean."""
     from strategies.aggregation import weighted_average
-    from strategies.fedavg import FedAvgStrategy
+    from strategies.methods.fedavg import FedAvgStrategy
     from flcore.records import model_params
     from models import build_model
 

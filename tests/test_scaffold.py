@@ -18,7 +18,7 @@ from client_app.training import default_forward
 from flcore.config import ConfigError
 from flcore.records import params_to_record, record_to_params
 from strategies.base import ClientUpdate
-from strategies.scaffold import ScaffoldStrategy, scaffold_model_update, scaffold_variate_update
+from strategies.methods.scaffold import ScaffoldStrategy, scaffold_model_update, scaffold_variate_update
 
 
 def t(*v):

@@ -14,7 +14,7 @@ from client_app.trainers.spherefed import calibration_stats, mse_to_onehot
 from flcore.config import RunConfig, resolve_run_config
 from models import build_model
 from models.heads import OrthogonalHead, random_orthogonal
-from strategies.spherefed import calibrated_classifier, sum_reports
+from strategies.methods.spherefed import calibrated_classifier, sum_reports
 from flcore.records import params_to_record
 
 

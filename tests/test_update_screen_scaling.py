@@ -15,7 +15,7 @@ from flcore.config import ConfigError, RunConfig, resolve_run_config
 from flcore.records import params_to_record, record_to_params
 from server_app.runner import build_strategy, run_federation
 from strategies.base import ClientUpdate
-from strategies.fednova import a_norm
+from strategies.methods.fednova import a_norm
 from strategies.validation import check_update, relative_limits, relative_screen, step_scale
 from tests.fakegrid import FakeGrid
 

@@ -10,7 +10,7 @@ the run seed); this trainer adds the memory vectors:
 
 Only the local *training* forward uses mu_y (it needs the label); evaluation and inference use h = f.
 After training, the client reports the per-class mean of its backbone features f and the class counts
-(record ``class-means``); the server averages them into mu^t (``strategies/fedetf.py``).
+(record ``class-means``); the server averages them into mu^t (``strategies/methods/fedetf.py``).
 
 Which features make the class means (``fedetf.gmv-features``):
   ``final`` (default): one no-grad pass of the trained local model theta_k^t over the local training set,

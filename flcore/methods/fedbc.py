@@ -52,7 +52,7 @@ class FedBCConfig(Section):
 
 
 PAPER = "FedBC: calibrating global and local models via FL beyond consensus"
-STRATEGY = "strategies.fedbc:FedBCStrategy"
+STRATEGY = "strategies.methods.fedbc.strategy:FedBCStrategy"
 PAYLOAD = Payload(config=(LAMBDA_KEY, GAMMA_KEY), metrics=(SQ_DIST, LAMBDA_KEY, GAMMA_KEY, LOCAL_ACC))
 METHODS = [
     MethodDecl("fedbc", PAPER, STRATEGY, "client_app.trainers.fedbc:FedBCTrainer", config=FedBCConfig,
@@ -61,7 +61,7 @@ METHODS = [
                config=FedBCConfig, payload=PAYLOAD, description="FedBC-FineTune: fine-tuned local model for P-FL"),
     MethodDecl("per-fedbc", PAPER, STRATEGY, "client_app.trainers.fedbc:PerFedBCTrainer", config=FedBCConfig,
                payload=PAYLOAD, description="Per-FedBC: first-order MAML local step (Alg. 3)"),
-    MethodDecl("fedbc-uniform", PAPER, "strategies.fedbc:FedBCUniformStrategy",
+    MethodDecl("fedbc-uniform", PAPER, "strategies.methods.fedbc.strategy:FedBCUniformStrategy",
                "client_app.trainers.fedbc:FedBCTrainer", config=FedBCConfig, payload=PAYLOAD,
                description="control: FedBC's local objective and dual steps, unweighted mean of the models"),
 ]

@@ -71,6 +71,7 @@ class FedBRConfig(Section):
 
 
 METHODS = [MethodDecl(
-    "fedbr", "FedBR: local learning bias reduction (Guo, Tang and Lin, ICML 2023)", "strategies.fedbr:FedBRStrategy",
+    "fedbr", "FedBR: local learning bias reduction (Guo, Tang and Lin, ICML 2023)",
+    "strategies.methods.fedbr:FedBRStrategy",
     "client_app.trainers.fedbr:FedBRTrainer", config=FedBRConfig, model_hook="models.extras:add_fedbr_projection",
     payload=Payload(metrics=METRICS, state=(STATE_KEY,)))]

@@ -15,6 +15,6 @@ class FedDynConfig(Section):
                          gt=0, old="feddyn-alpha")
 
 
-METHODS = [MethodDecl("feddyn", "Acar et al., ICLR 2021 (FedDyn)", "strategies.feddyn:FedDynStrategy",
+METHODS = [MethodDecl("feddyn", "Acar et al., ICLR 2021 (FedDyn)", "strategies.methods.feddyn:FedDynStrategy",
                       "client_app.trainers.feddyn:FedDynTrainer", config=FedDynConfig,
                       payload=Payload(state=(STATE_GRAD,)))]

@@ -40,7 +40,7 @@ class FedETFConfig(Section):
 PAPER = "Huang et al., Neural Collapse Inspired FL with Non-iid Data (fixed ETF classifier + memory vectors)"
 PAYLOAD = Payload(config=(ACTIVE_KEY, REPORT_KEY), records=(MEMORY_RECORD,), reply_records=(MEANS_RECORD,),
                   metrics=("gmv-active",))
-STRATEGY = "strategies.fedetf:FedETFStrategy"
+STRATEGY = "strategies.methods.fedetf:FedETFStrategy"
 TRAINER = "client_app.trainers.fedetf:ETFTrainer"
 METHODS = [
     MethodDecl("fedetf", PAPER, STRATEGY, TRAINER, config=FedETFConfig, head="etf", payload=PAYLOAD),

@@ -2,5 +2,5 @@
 
 from flcore.registry import BASE_TRAINER, MethodDecl
 
-METHODS = [MethodDecl("fednova", "Wang et al., NeurIPS 2020 (FedNova)", "strategies.fednova:FedNovaStrategy",
+METHODS = [MethodDecl("fednova", "Wang et al., NeurIPS 2020 (FedNova)", "strategies.methods.fednova:FedNovaStrategy",
                       BASE_TRAINER)]

@@ -18,5 +18,5 @@ class FedOptConfig(Section):
 
 
 PAPER = "Reddi et al., ICLR 2021 (Adaptive Federated Optimization)"
-METHODS = [MethodDecl("fedadam", PAPER, "strategies.fedopt:FedAdamStrategy", BASE_TRAINER, config=FedOptConfig),
-           MethodDecl("fedyogi", PAPER, "strategies.fedopt:FedYogiStrategy", BASE_TRAINER, config=FedOptConfig)]
+METHODS = [MethodDecl("fedadam", PAPER, "strategies.methods.fedopt:FedAdamStrategy", BASE_TRAINER, config=FedOptConfig),
+           MethodDecl("fedyogi", PAPER, "strategies.methods.fedopt:FedYogiStrategy", BASE_TRAINER, config=FedOptConfig)]

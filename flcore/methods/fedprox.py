@@ -13,5 +13,5 @@ class FedProxConfig(Section):
                             "{0.001, 0.01, 0.1, 1})", ge=0, old="proximal-mu")
 
 
-METHODS = [MethodDecl("fedprox", "Li et al., MLSys 2020 (FedProx)", "strategies.fedavg:FedAvgStrategy",
+METHODS = [MethodDecl("fedprox", "Li et al., MLSys 2020 (FedProx)", "strategies.methods.fedavg:FedAvgStrategy",
                       "client_app.trainers.fedprox:FedProxTrainer", config=FedProxConfig)]

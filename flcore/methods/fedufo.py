@@ -167,7 +167,7 @@ def class_proportions(counts: np.ndarray) -> np.ndarray:
 
 
 METHODS = [MethodDecl(
-    "fedufo", "Zhang, Luo, Bai, Du and Duan, ICCV 2021 (FedUFO)", "strategies.fedufo:FedUFOStrategy",
+    "fedufo", "Zhang, Luo, Bai, Du and Duan, ICCV 2021 (FedUFO)", "strategies.methods.fedufo:FedUFOStrategy",
     "client_app.trainers.fedufo.trainer:FedUFOTrainer", config=FedUFOConfig, model_hook="models.extras:add_discriminator",
     payload=Payload(config=(STAGE_KEY, CLIENTS_KEY), records=(PRIOR_KEY, GROUP_KEY), reply_records=(COUNTS_KEY,),
                     metrics=("fedufo-stage", "fedufo-priors-received", "fedufo-own-prior-retrained",

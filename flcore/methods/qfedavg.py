@@ -15,6 +15,7 @@ class QFedAvgConfig(Section):
                      old="qfedavg-q")
 
 
-METHODS = [MethodDecl("qfedavg", "Li et al., ICLR 2020 (q-FFL / q-FedAvg)", "strategies.qfedavg:QFedAvgStrategy",
+METHODS = [MethodDecl("qfedavg", "Li et al., ICLR 2020 (q-FFL / q-FedAvg)",
+                      "strategies.methods.qfedavg:QFedAvgStrategy",
                       "client_app.trainers.qfedavg:QFedAvgTrainer", config=QFedAvgConfig,
                       payload=Payload(metrics=(LOSS_KEY,)))]

@@ -19,6 +19,7 @@ class ScaffoldConfig(Section):
                              gt=0, old="server-lr")
 
 
-METHODS = [MethodDecl("scaffold", "Karimireddy et al., ICML 2020 (SCAFFOLD)", "strategies.scaffold:ScaffoldStrategy",
+METHODS = [MethodDecl("scaffold", "Karimireddy et al., ICML 2020 (SCAFFOLD)",
+                      "strategies.methods.scaffold:ScaffoldStrategy",
                       "client_app.trainers.scaffold:ScaffoldTrainer", config=ScaffoldConfig,
                       payload=Payload(records=(SERVER_C,), reply_records=(DELTA_C,), state=(STATE_C_I,)))]

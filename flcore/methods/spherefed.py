@@ -47,7 +47,7 @@ class SphereFedConfig(Section):
 
 
 PAPER = "Dong et al., ECCV 2022 (SphereFed: hyperspherical FL, fixed orthogonal classifier + closed-form calibration)"
-METHODS = [MethodDecl("spherefed", PAPER, "strategies.spherefed:SphereFedStrategy",
+METHODS = [MethodDecl("spherefed", PAPER, "strategies.methods.spherefed:SphereFedStrategy",
                       "client_app.trainers.spherefed:SphereTrainer", config=SphereFedConfig,
                       model_hook="models.heads:add_sphere_head",
                       payload=Payload(reply_records=(CALIBRATION_RECORD,), actions=("train", CALIBRATE_ACTION)))]

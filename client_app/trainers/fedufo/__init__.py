@@ -8,5 +8,5 @@
   10), unit-tested one by one.
 
 The keys, pure group statistics and the config section are the declaration's (flcore/methods/fedufo.py), the
-server side is strategies/fedufo.py, the discriminator module models/extras.py.
+server side is strategies/methods/fedufo.py, the discriminator module models/extras.py.
 """

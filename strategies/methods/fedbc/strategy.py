@@ -31,7 +31,7 @@ import numpy as np
 from flcore.config import RunConfig
 from flcore.methods.fedbc import GAMMA_KEY, LAMBDA_KEY, LOCAL_ACC, SQ_DIST, FedBCConfig
 from strategies.base import ClientUpdate, FLStrategy, Params
-from strategies.fedbc_math import (dual_ascent, dual_weighted_average, gamma_step, squared_distance, stats,
+from strategies.methods.fedbc.duals import (dual_ascent, dual_weighted_average, gamma_step, squared_distance, stats,
                                    uniform_average, weight_gaps)
 
 log = logging.getLogger("noniid_fl")

@@ -2,7 +2,8 @@
 
 Each round: deltas Delta_k = theta_k - theta_t of the clients that returned a valid update; their Gram
 matrix M = G^T G (float64, layer by layer); Nash-bargaining weights p with p_k (M p)_k = 1 (Eq. 15,
-strategies/nash.py); then theta_{t+1} = theta_t + G (s p) with the step scale s set by ``fedrane.gne-scale``:
+strategies/methods/fedrane/nash.py); then theta_{t+1} = theta_t + G (s p) with the step scale s set by
+``fedrane.gne-scale``:
 
 * ``normalized``  (authors' code, default): s = 1 / sum_k p_k, i.e. the convex combination
   sum_k w_k theta_k with w = p / sum p. The Nash solution fixes the direction; this fixes the length
@@ -39,7 +40,7 @@ from flcore.config import RunConfig
 from flcore.methods.fedrane import CD_LOSS, EVAL_DENSITY, MIXUP_LOSS, TRAIN_DENSITY, rane_config
 from strategies.aggregation import weighted_average
 from strategies.base import ClientUpdate, FLStrategy, Params
-from strategies.nash import (STATUS_CONVERGED, NashSolution, combine_deltas, delta_gram, floating_keys,
+from strategies.methods.fedrane.nash import (STATUS_CONVERGED, NashSolution, combine_deltas, delta_gram, floating_keys,
                              nash_degenerate, solve_nash_cvxpy, solve_nash_newton)
 
 log = logging.getLogger("noniid_fl")
