@@ -37,7 +37,7 @@ from benchmarks.harness import machine, parser, write_result  # noqa: E402
 from client_app.training import OptimConfig, make_optimizer  # noqa: E402
 from flcore.config import RunConfig, resolve_run_config  # noqa: E402
 from models import build_model  # noqa: E402
-from models.lra import contrastive_discrimination  # noqa: E402
+from models.fedrane.neck import contrastive_discrimination  # noqa: E402
 from strategies.base import ClientUpdate  # noqa: E402
 from strategies.methods.fedrane.strategy import GNEStrategy  # noqa: E402
 

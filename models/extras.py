@@ -1,6 +1,6 @@
 """Model hooks: the federated modules a method adds to the model (``model.extras``), built identically on
 the server (initial model, central evaluation) and on every client. Each is named by its method's
-declaration (flcore/methods/*) as ``model_hook``; FedRANE's LRA neck is in models/lra.py."""
+declaration (flcore/methods/*) as ``model_hook``; FedRANE's LRA neck is in models/fedrane/neck.py."""
 
 from __future__ import annotations
 

@@ -232,7 +232,7 @@ def test_method_ownership_reads_the_declarations():
     owners = method_owners(import_graph())
     assert owners["flcore.methods.fedufo"] == owners["strategies.methods.fedufo"] == "fedufo"
     # helpers only FedRANE imports
-    assert owners["strategies.methods.fedrane.nash"] == owners["models.lra"] == "fedrane"
+    assert owners["strategies.methods.fedrane.nash"] == owners["models.fedrane.neck"] == "fedrane"
     for shared in ("client_app.trainers.base", "strategies.methods.fedavg", "strategies.round_driver", "client_app.app",
                    "server_app.preflight", "models.extras", "flcore.config"):
         assert shared not in owners, shared

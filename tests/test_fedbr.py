@@ -19,10 +19,11 @@ from torch import nn
 
 from client_app.state import ClientState
 from client_app.trainers.base import ClientData, TrainJob
-from client_app.trainers.fedbr import (ContrastiveTerm, FedBRTrainer, MaxStep, PseudoBatch,
-                                       PseudoClassTerm)
-from client_app.trainers.fedbr_pseudo import (contrastive_loss, mixture_pseudo_data, mixup, proxy_samples,
-                                              rsm_pseudo_data, similarities, soft_cross_entropy, uniform_labels)
+from client_app.trainers.fedbr.trainer import (ContrastiveTerm, FedBRTrainer, MaxStep, PseudoBatch,
+                                               PseudoClassTerm)
+from client_app.trainers.fedbr.pseudo_data import (contrastive_loss, mixture_pseudo_data, mixup, proxy_samples,
+                                                   rsm_pseudo_data, similarities, soft_cross_entropy,
+                                                   uniform_labels)
 from client_app.training import Step
 from flcore.config import PROJECT_ROOT, ConfigError, RunConfig
 from flcore.methods.fedbr import METRICS, STATE_KEY, FedBRConfig

@@ -1,6 +1,6 @@
 """FedRANE's client (LRA, seed 000, Alg. 1 l. 10-20): local objective L = CE(predictor(Z_hat), y) + lambda_CD L_CD.
 
-The LRA module itself is the model's neck (models/lra.py, installed by the ``add_lra_neck`` model hook),
+The LRA module itself is the model's neck (models/fedrane/neck.py, installed by the ``add_lra_neck`` model hook),
 so it is federated with the rest of the model. This trainer changes only how a training step computes
 its outputs (Z, Z_hat both kept) and adds the contrastive-discrimination term (Eq. 7, Eq. 9) to the one
 local loop. P-FL ("local-accuracy") is the base trainer's evaluation of the trained model; under inductive
@@ -26,7 +26,7 @@ from client_app.trainers.base import Trainer, TrainJob, TrainReply
 from client_app.training import LossTerm, Step, TrainStats
 from flcore.methods.fedrane import CD_LOSS, EVAL_DENSITY, MIXUP_LOSS, TRAIN_DENSITY
 from models.evaluation import eval_support
-from models.lra import LRANeck, contrastive_discrimination
+from models.fedrane.neck import LRANeck, contrastive_discrimination
 
 
 class ContrastiveTerm(LossTerm):
@@ -95,7 +95,7 @@ class LRATrainer(Trainer):
         neck = getattr(job.model, "neck", None)
         if not isinstance(neck, LRANeck):
             raise ValueError(f"client {job.cid}: method '{job.cfg.method}' trains with LRA but the model has no "
-                             "LRA neck (the method's model hook 'models.lra:add_lra_neck' was not applied)")
+                             "LRA neck (the method's model hook 'models.fedrane.neck:add_lra_neck' was not applied)")
         self.neck = neck
         self.cd_term = ContrastiveTerm(neck)
         cfg = neck.cfg

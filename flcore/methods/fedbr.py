@@ -73,5 +73,6 @@ class FedBRConfig(Section):
 METHODS = [MethodDecl(
     "fedbr", "FedBR: local learning bias reduction (Guo, Tang and Lin, ICML 2023)",
     "strategies.methods.fedbr:FedBRStrategy",
-    "client_app.trainers.fedbr:FedBRTrainer", config=FedBRConfig, model_hook="models.extras:add_fedbr_projection",
+    "client_app.trainers.fedbr.trainer:FedBRTrainer", config=FedBRConfig,
+    model_hook="models.extras:add_fedbr_projection",
     payload=Payload(metrics=METRICS, state=(STATE_KEY,)))]

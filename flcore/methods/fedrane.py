@@ -158,7 +158,7 @@ def rane_config(cfg: Any) -> FedRANEConfig:
 PAPER = "Liao et al. 2023, arXiv 2308.11646 (FedRANE: local relational augmentation + global Nash equilibrium)"
 GNE = "strategies.methods.fedrane.strategy:GNEStrategy"
 LRA = "client_app.trainers.fedrane:LRATrainer"
-NECK = "models.lra:add_lra_neck"
+NECK = "models.fedrane.neck:add_lra_neck"
 LRA_METRICS = (CD_LOSS, TRAIN_DENSITY, EVAL_DENSITY)
 METHODS = [
     MethodDecl("fedrane", PAPER, GNE, LRA, config=FedRANEConfig, model_hook=NECK,

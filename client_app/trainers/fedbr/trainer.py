@@ -1,7 +1,8 @@
 """FedBR client: local learning bias reduction (Guo, Tang & Lin, ICML 2023; seed 003, Algorithm 1).
 
 Model = feature extractor phi (``model.backbone``), classifier omega (``model.head``), plus the projection
-head P_theta in ``model.extras["proj"]`` (added by :func:`add_projection_head`); all three are averaged.
+head P_theta in ``model.extras["proj"]`` (added by models/extras.py: ``add_fedbr_projection``); all three are
+averaged.
 Every local step k, inside the one loop (client_app/training.py), with the pseudo batch D_p:
 
   Max step (Alg. 1 line 8, Eq. 2), theta only:   theta <- theta - eta * grad_theta(-L_con)
@@ -33,8 +34,8 @@ import torch.nn.functional as F
 from torch import nn
 
 from client_app.trainers.base import Trainer, frozen_copy
-from client_app.trainers.fedbr_pseudo import (contrastive_loss, mixture_pseudo_data, mixup, proxy_samples,
-                                              rsm_pseudo_data, similarities, soft_cross_entropy)
+from client_app.trainers.fedbr.pseudo_data import (contrastive_loss, mixture_pseudo_data, mixup, proxy_samples,
+                                                   rsm_pseudo_data, similarities, soft_cross_entropy)
 from client_app.training import LossTerm, Step, TrainStats, local_train
 from flcore.methods.fedbr import (CON_AFTER_MAX, CON_BEFORE_MAX, CON_END, PSEUDO_CE, SIM_GLOBAL, SIM_REAL,
                                   STATE_KEY, FedBRConfig)

@@ -58,7 +58,7 @@ import torch.nn.functional as F
 from flcore.config import RunConfig
 from flcore.methods.fedrane import FedRANEConfig, rane_config
 from models.heads import make_hyperspherical
-from models.lra_gat import GATLayer
+from models.fedrane.graph_attention import GATLayer
 
 
 # ============================================================================ pure functions: the graph
