@@ -17,12 +17,13 @@ from client_app.trainers.base import ClientData, TrainJob
 from client_app.trainers.fedufo.trainer import FedUFOTrainer
 from client_app.trainers.fedufo.equations import consensus_kl, discriminator_loss, group_target, uniform_loss
 from flcore.config import PROJECT_ROOT, ConfigError, RunConfig, resolve_run_config
-from flcore.methods.fedufo import (COUNTS_KEY, GROUP_KEY, PRIOR_KEY, FedUFOConfig, active_terms, class_proportions,
-                                   needs_relay, parse_losses, stage_of)
+from flcore.methods.fedufo import (COUNTS_KEY, GROUP_KEY, PRIOR_KEY, FedUFOConfig, active_terms, needs_relay,
+                                   parse_losses)
 from flcore.records import model_params, params_to_record
 from models import build_model
 from strategies.exchange import record_dict_nbytes
-from strategies.methods.fedufo import FedUFOStrategy, dynamic_sample, relay_records, strip_discriminator
+from strategies.methods.fedufo import (FedUFOStrategy, class_proportions, dynamic_sample, relay_records, stage_of,
+                                      strip_discriminator)
 from tests._baselines_util import bound_error
 
 

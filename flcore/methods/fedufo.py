@@ -2,11 +2,8 @@
 objective alignment (group consensus CGR, global consensus CGL); prior models are relayed inside the round
 (actions train.prior -> relay -> train.posterior)."""
 
-import math
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any, Mapping
-
-import numpy as np
 
 from flcore.registry import MethodDecl, Payload
 from flcore.schema import ConfigError, Section, param
@@ -124,14 +121,6 @@ def check_federation(cfg: "RunConfig", num_nodes: int) -> None:
                           f"(client ids up to {num_nodes - 1}); allowed: >= {num_nodes}")
 
 
-def stage_of(server_round: int, num_rounds: int, ufo: "FedUFOConfig") -> int:
-    """1 for the first round(fraction * num_rounds) rounds when UAD is on (paper Sec. 3.4), else 2."""
-    if "uad" not in ufo.losses:
-        return 2
-    stage_one_rounds = int(math.floor(ufo.stage_one_fraction * num_rounds + 0.5))
-    return 1 if server_round <= stage_one_rounds else 2
-
-
 def active_terms(stage: int, ufo: "FedUFOConfig") -> frozenset[str]:
     """Which parts of the objective run in a stage: subset of {uad, disc, cgr, cgl} (Eqs. 11, 12)."""
     losses = ufo.losses
@@ -147,23 +136,6 @@ def needs_relay(stage: int, ufo: "FedUFOConfig") -> bool:
     """The prior/relay exchange is needed only when D trains on priors' features or CGR is on."""
     terms = active_terms(stage, ufo)
     return "disc" in terms or "cgr" in terms
-
-
-def class_proportions(counts: np.ndarray) -> np.ndarray:
-    """p_j of paper Eq. 7: p_j[c] = n_{j,c} / sum_{i in S_t} n_{i,c} (share of class c held by member j).
-
-    ``counts`` is (J, C) with the class counts of the J group members. Every column of the result sums
-    to 1. A class nobody in the group holds (column sum 0) gets p_j[c] = 1/J (plain average): the
-    paper leaves 0/0 undefined and no member's prior has evidence for that class either way.
-    """
-    counts = np.asarray(counts, dtype=np.float64)
-    if counts.ndim != 2 or counts.shape[0] == 0:
-        raise ValueError(f"class counts must be (members, classes) with at least one member, got {counts.shape}")
-    if np.any(counts < 0) or not np.all(np.isfinite(counts)):
-        raise ValueError("class counts must be finite and non-negative")
-    totals = counts.sum(axis=0, keepdims=True)
-    uniform = np.full_like(counts, 1.0 / counts.shape[0])
-    return np.where(totals > 0, counts / np.where(totals > 0, totals, 1.0), uniform)
 
 
 METHODS = [MethodDecl(

@@ -30,12 +30,37 @@ from flwr.serverapp import Grid
 
 from flcore.config import ConfigError, RunConfig
 from flcore.methods.fedufo import (CLIENTS_KEY, COUNTS_KEY, DISC_PREFIX, GLOBAL_TRAIN_ACCURACY, GROUP_KEY, PRIOR_KEY,
-                                   SAMPLING_METRICS, STAGE_KEY, FedUFOConfig, class_proportions, needs_relay, stage_of)
+                                   SAMPLING_METRICS, STAGE_KEY, FedUFOConfig, needs_relay)
 from flcore.records import params_to_record
 from strategies.base import ClientUpdate, FLStrategy, Params, RoundFailed, RoundOutcome
 from strategies.exchange import Failure, exchange
 
 log = logging.getLogger("noniid_fl")
+
+
+def stage_of(server_round: int, num_rounds: int, ufo: FedUFOConfig) -> int:
+    """1 for the first round(fraction * num_rounds) rounds when UAD is on (paper Sec. 3.4), else 2."""
+    if "uad" not in ufo.losses:
+        return 2
+    stage_one_rounds = int(math.floor(ufo.stage_one_fraction * num_rounds + 0.5))
+    return 1 if server_round <= stage_one_rounds else 2
+
+
+def class_proportions(counts: np.ndarray) -> np.ndarray:
+    """p_j of paper Eq. 7: p_j[c] = n_{j,c} / sum_{i in S_t} n_{i,c} (share of class c held by member j).
+
+    ``counts`` is (J, C) with the class counts of the J group members. Every column of the result sums
+    to 1. A class nobody in the group holds (column sum 0) gets p_j[c] = 1/J (plain average): the
+    paper leaves 0/0 undefined and no member's prior has evidence for that class either way.
+    """
+    counts = np.asarray(counts, dtype=np.float64)
+    if counts.ndim != 2 or counts.shape[0] == 0:
+        raise ValueError(f"class counts must be (members, classes) with at least one member, got {counts.shape}")
+    if np.any(counts < 0) or not np.all(np.isfinite(counts)):
+        raise ValueError("class counts must be finite and non-negative")
+    totals = counts.sum(axis=0, keepdims=True)
+    uniform = np.full_like(counts, 1.0 / counts.shape[0])
+    return np.where(totals > 0, counts / np.where(totals > 0, totals, 1.0), uniform)
 
 
 def worst_half(ids: Sequence[int], accuracy: Mapping[int, float], size: int) -> list[int]:

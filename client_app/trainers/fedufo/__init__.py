@@ -7,6 +7,7 @@
 - :mod:`client_app.trainers.fedufo.equations`  the paper's equations as pure tensor functions (Eqs. 4, 5, 7, 8,
   10), unit-tested one by one.
 
-The keys, pure group statistics and the config section are the declaration's (flcore/methods/fedufo.py), the
-server side is strategies/methods/fedufo.py, the discriminator module models/extras.py.
+The keys, the stages' terms and the config section are the declaration's (flcore/methods/fedufo.py), the
+server side (stage schedule, group statistics, relay, sampling) is strategies/methods/fedufo.py, the
+discriminator module models/extras.py.
 """
