@@ -252,3 +252,114 @@ def test_no_method_name_is_compared_in_shared_code():
     assert "server_app.preflight" in shared and "client_app.app" in shared and "engines.local" in shared
     bad = {m: hits for m in sorted(shared) if (hits := method_name_tests(modules[m].read_text(), names))}
     assert bad == {}, "method names tested in shared code: declare a hook on the method instead"
+
+
+# ------------------------------------------------------------------------------- one home per method and side
+# Where a method family's code lives on each side: a module <root>.<family> or a package <root>/<family>/.
+HOME_ROOTS = {"flcore": "flcore.methods", "strategies": "strategies.methods", "client_app": "client_app.trainers",
+              "models": "models"}
+SHARED_TRAINER_MODULES = ("base", "param_tensors")  # client_app/trainers/: the Trainer base and its tensor helpers
+
+
+def in_home(module: str, family: str) -> bool:
+    """Whether ``module`` lies in ``family``'s home on its side (``strategies.methods.fedrane.nash``: fedrane's)."""
+    root = HOME_ROOTS.get(module.split(".")[0])
+    return root is not None and (module == f"{root}.{family}" or module.startswith(f"{root}.{family}."))
+
+
+def method_code(owners: dict[str, str], graph: dict[str, frozenset[str]]) -> dict[str, str]:
+    """The modules that are one family's code: those :func:`method_owners` gives a family, less those shared
+    library code also imports (models/heads.py holds SphereFed's hook but every model's heads: shared)."""
+    shared_imports = {o for m, outs in graph.items() if m not in owners and m.split(".")[0] not in TOP for o in outs}
+    return {m: f for m, f in owners.items() if m not in shared_imports}
+
+
+def misplaced_method_code(code: dict[str, str]) -> list[str]:
+    """Every module of one family's code outside that family's home on its side, as 'module (family)'."""
+    return sorted(f"{m} ({f})" for m, f in code.items() if not in_home(m, f))
+
+
+def test_the_home_check_flags_what_the_old_layout_scattered():
+    """The check on the layout before issue 34: helper modules beside the method modules, a second client module
+    next to the trainer, the neck loose in models/ -- each flagged; the packaged layout passes."""
+    old = {"strategies.fedrane": "fedrane", "strategies.nash": "fedrane", "client_app.trainers.fedbr": "fedbr",
+           "client_app.trainers.fedbr_pseudo": "fedbr", "models.lra": "fedrane", "flcore.methods.fedbr": "fedbr"}
+    assert misplaced_method_code(old) == ["client_app.trainers.fedbr_pseudo (fedbr)", "models.lra (fedrane)",
+                                          "strategies.fedrane (fedrane)", "strategies.nash (fedrane)"]
+    new = {"strategies.methods.fedrane.strategy": "fedrane", "strategies.methods.fedrane.nash": "fedrane",
+           "client_app.trainers.fedbr.trainer": "fedbr", "client_app.trainers.fedbr.pseudo_data": "fedbr",
+           "models.fedrane.neck": "fedrane", "flcore.methods.fedbr": "fedbr"}
+    assert misplaced_method_code(new) == []
+    assert not in_home("strategies.methods.fedbcx", "fedbc") and not in_home("server_app.fedbc", "fedbc")
+    graph = {"models": frozenset({"models.heads"}), "models.heads": frozenset(), "models.fedrane.neck": frozenset(),
+             "client_app.trainers.fedrane": frozenset({"models.fedrane.neck"}), "benchmarks.x": frozenset()}
+    owners = {"models.heads": "spherefed", "models.fedrane.neck": "fedrane", "client_app.trainers.fedrane": "fedrane"}
+    assert method_code(owners, graph) == {"models.fedrane.neck": "fedrane", "client_app.trainers.fedrane": "fedrane"}
+
+
+def test_each_method_family_has_one_home_per_side():
+    """Every module that is one method family's code (its declaration, Strategy, trainer, model hook, and the
+    helpers only they import) lies in that family's home on its side: flcore/methods/<family>.py,
+    strategies/methods/<family>[.py|/], client_app/trainers/<family>[.py|/], models/<family>/."""
+    code = method_code(method_owners(import_graph()), import_graph())
+    assert {"strategies.methods.fedrane.nash", "client_app.trainers.fedbr.pseudo_data",
+            "models.fedrane.graph_attention", "client_app.trainers.fedufo.equations"} <= set(code)
+    assert misplaced_method_code(code) == [], "method code outside its family's home (see docs/ADDING_A_METHOD.md)"
+
+
+def test_strategies_top_level_holds_only_shared_infrastructure():
+    """No method module at strategies/'s top level: each module there is shared code (no family owns it), and
+    everything a method family owns on the server side is under strategies/methods/."""
+    graph = import_graph()
+    owners = method_owners(graph)
+    top = [m for m in graph if m.startswith("strategies.") and not m.startswith("strategies.methods")]
+    assert "strategies.round_driver" in top and "strategies.base" in top
+    assert sorted(f"{m} ({owners[m]})" for m in top if m in owners) == []
+
+
+def test_every_declared_side_resolves_inside_its_family_home_or_shared_code():
+    """Each registered method's Strategy, trainer and model hook import, and each lies in its own family's home
+    or in shared code (FedAvg's Strategy, the base Trainer, models/extras.py: what several families use)."""
+    import importlib
+
+    from flcore.methods import MODULES
+    from flcore.registry import resolve
+
+    code = method_code(method_owners(import_graph()), import_graph())
+    wrong, seen = [], 0
+    for family in MODULES:
+        for decl in importlib.import_module(f"flcore.methods.{family}").METHODS:
+            for path in (decl.strategy, decl.trainer, decl.model_hook):
+                if not path:
+                    continue
+                assert callable(resolve(path)), path
+                module = path.partition(":")[0]
+                seen += 1
+                if not in_home(module, family) and module in code:
+                    wrong.append(f"{decl.name}: {path} is {code[module]}'s code")
+                if module.startswith("strategies.") and not module.startswith("strategies.methods."):
+                    wrong.append(f"{decl.name}: {path} is not under strategies/methods/")
+    assert seen >= 40 and wrong == []
+
+
+def _home_entries(root: Path) -> list[str]:
+    """The names of the homes under ``root``: modules (without .py) and packages, sorted, duplicates kept."""
+    return sorted([p.stem for p in root.glob("*.py") if p.name != "__init__.py"]
+                  + [p.name for p in root.iterdir() if p.is_dir() and (p / "__init__.py").exists()])
+
+
+def test_method_homes_are_named_for_their_family_and_unique():
+    """strategies/methods/ holds one home per registered family (a module or a package, never both),
+    client_app/trainers/ those plus the shared Trainer base, a model package is named for its family, and a
+    declaration module is one family's."""
+    from flcore.methods import MODULES
+
+    families = set(MODULES)
+    server = _home_entries(ROOT / "strategies" / "methods")
+    client = _home_entries(ROOT / "client_app" / "trainers")
+    assert len(server) == len(set(server)) and len(client) == len(set(client)), "a home both module and package"
+    assert set(server) <= families, f"not a method family: {sorted(set(server) - families)}"
+    assert set(client) - families == set(SHARED_TRAINER_MODULES)
+    model_packages = [p.name for p in (ROOT / "models").iterdir() if (p / "__init__.py").exists()]
+    assert set(model_packages) <= families and "fedrane" in model_packages
+    assert set(_home_entries(ROOT / "flcore" / "methods")) == families
