@@ -39,7 +39,7 @@ PRESET = "fedrane-fmnist-dir01"
 # where a FedRANE round spends its time: (label, file suffix, function name) of the cProfile entries
 PHASES = (("local training (all methods' loop, graph included)", "client_app/training.py", "local_train"),
           ("evaluation (client P-FL x2 + server G-FL)", "models/evaluation.py", "evaluate"),
-          ("graph masks (SLIM solve / complete graph)", "models/fedrane/neck.py", "mask_from_pearson"),
+          ("graph masks (SLIM solve / complete graph)", "models/fedrane/relation_graph.py", "mask_from_pearson"),
           ("message passing", "models/fedrane/neck.py", "propagate"),
           ("inductive evaluation graphs", "models/fedrane/neck.py", "augment_inductive"),
           ("Nash aggregation (Gram + solve)", "strategies/methods/fedrane/strategy.py", "aggregate"))

@@ -137,6 +137,21 @@ def test_exchange_clock_records_every_exchange_of_an_in_process_run(tmp_path):
     assert driver.exchange is ex.exchange                                          # unwrapped afterwards
 
 
+def test_fedrane_profile_phases_name_functions_that_exist():
+    """bench_fedrane_round attributes cProfile entries by (file suffix, function name): each pair must name a
+    function defined in that file, or a moved module would silently profile as 0 %."""
+    import ast
+    from pathlib import Path
+
+    from benchmarks.bench_fedrane_round import PHASES
+
+    root = Path(__file__).resolve().parent.parent
+    for label, suffix, name in PHASES:
+        tree = ast.parse((root / suffix).read_text())
+        defined = {n.name for n in ast.walk(tree) if isinstance(n, (ast.FunctionDef, ast.AsyncFunctionDef))}
+        assert name in defined, f"{label}: no function {name} in {suffix}"
+
+
 def test_exchange_clock_finds_the_callers_inside_the_method_packages():
     """The clock's search descends into strategies/methods/ (FedUFO's relay, SphereFed's calibration exchange)
     as well as the shared modules."""

@@ -16,8 +16,9 @@ from flcore.config import RunConfig, resolve_run_config
 from flcore.methods.fedrane import FedRANECodeConfig, FedRANEConfig, rane_config
 from models import build_model
 from models.heads import OrthogonalHead
-from models.fedrane.neck import (LRANeck, complete_mask, contrastive_discrimination, neighbour_mask,
-                                 pearson_matrix, relational_adjacency, slim_alternating, slim_closed_form)
+from models.fedrane.neck import LRANeck, contrastive_discrimination
+from models.fedrane.relation_graph import (complete_mask, neighbour_mask, pearson_matrix, relational_adjacency,
+                                           slim_alternating, slim_closed_form)
 from models.fedrane.graph_attention import GATHead
 from strategies.methods.fedrane.strategy import step_coefficients
 
@@ -151,7 +152,7 @@ def test_a_code_variant_round_trains_with_mixup_and_reports_it(tmp_path):
 
 
 def test_support_graphs_under_cut_none_equal_the_complete_masks_of_each_query_graph():
-    from models.fedrane.neck import support_graphs
+    from models.fedrane.relation_graph import support_graphs
 
     cfg = FedRANEConfig(lra_cut="none")
     g = torch.Generator().manual_seed(2)

@@ -1,4 +1,5 @@
-"""FedRANE's LRA module (models/fedrane/neck.py): Pearson graph, SLIM solutions, message passing, L_CD, the neck."""
+"""FedRANE's LRA (models/fedrane/): Pearson graph and SLIM solutions (relation_graph.py), message passing, L_CD,
+the neck (neck.py)."""
 
 from __future__ import annotations
 
@@ -11,10 +12,10 @@ import torch
 from flcore.config import ConfigError, RunConfig, resolve_run_config
 from flcore.methods.fedrane import FedRANEConfig
 from models import build_model
-from models.fedrane.neck import (AttentiveMessagePassing, LRANeck, batch_graph, contrastive_discrimination,
-                                 graph_density, inverse_sqrt_gram, neighbour_mask, pearson_matrix,
-                                 relational_adjacency, slim_alternating, slim_b_step, slim_closed_form,
-                                 slim_objective)
+from models.fedrane.neck import AttentiveMessagePassing, LRANeck, contrastive_discrimination
+from models.fedrane.relation_graph import (batch_graph, graph_density, inverse_sqrt_gram, neighbour_mask,
+                                           pearson_matrix, relational_adjacency, slim_alternating, slim_b_step,
+                                           slim_closed_form, slim_objective)
 from tests._baselines_util import bound_error, run_config_keys
 
 

@@ -2,7 +2,9 @@
 server builds the initial model and evaluates the global one through the neck; the clients train it), so it lives
 here, below server and client, not in either side's package:
 
-- :mod:`models.fedrane.neck`            the SLIM relation graphs, attentive message passing, L_CD and
-  ``LRANeck`` with its model hook ``add_lra_neck`` (the declaration's ``model_hook``);
+- :mod:`models.fedrane.relation_graph`   which samples exchange messages: Pearson correlations, SLIM weights,
+  neighbour sets (steps 1-3 of LRA), pure functions;
+- :mod:`models.fedrane.neck`            attentive message passing, L_CD and ``LRANeck`` with its model hook
+  ``add_lra_neck`` (the declaration's ``model_hook``);
 - :mod:`models.fedrane.graph_attention` the authors' GAT layer (``fedrane.lra-gnn = gat``).
 """
