@@ -359,7 +359,8 @@ def test_method_homes_are_named_for_their_family_and_unique():
     client = _home_entries(ROOT / "client_app" / "trainers")
     assert len(server) == len(set(server)) and len(client) == len(set(client)), "a home both module and package"
     assert set(server) <= families, f"not a method family: {sorted(set(server) - families)}"
-    assert set(client) - families == set(SHARED_TRAINER_MODULES)
+    assert set(client) - families == set(SHARED_TRAINER_MODULES), \
+        "client_app/trainers/ holds the families' trainers and the shared Trainer base only (SHARED_TRAINER_MODULES)"
     model_packages = [p.name for p in (ROOT / "models").iterdir() if (p / "__init__.py").exists()]
     assert set(model_packages) <= families and "fedrane" in model_packages
     assert set(_home_entries(ROOT / "flcore" / "methods")) == families
