@@ -5,7 +5,7 @@ Each setting runs once with the relative screen off (``update-norm-factor = 0``:
 aggregated, the honest trajectory) on the in-process grid, and records every accepted update's norm
 ``||theta_k - theta||``, registered sample count and reported local steps, round by round. The screens are
 then applied to those rounds offline: the old one (``update-norm-factor`` x the round's median norm, the
-rule before this change) and the shipped one (:func:`strategies.validation.relative_screen`, the same
+rule before this change) and the shipped one (:func:`strategies.update_screen.relative_screen`, the same
 median scaled per client by the local steps its registered samples allow). No client misbehaves, so
 every rejection is a false one. NaN/Inf or absolute-norm rejections (which the relative screen does not
 decide) are counted apart from the recorded failures.
@@ -123,7 +123,7 @@ def record(overrides: dict[str, Any], nodes: int) -> dict[str, Any]:
 
 def rejected(rows: list[list[dict[str, Any]]], run: dict[str, Any], factor: float, rule: str) -> list[dict]:
     """The updates ``rule`` ('old' or 'shipped') would reject in the recorded rounds."""
-    from strategies.validation import relative_screen
+    from strategies.update_screen import relative_screen
 
     out = []
     for row in rows:
@@ -142,7 +142,7 @@ def rejected(rows: list[list[dict[str, Any]]], run: dict[str, Any], factor: floa
 
 
 def expected_scale(samples: int, run: dict[str, Any]) -> float:
-    from strategies.validation import step_scale
+    from strategies.update_screen import step_scale
 
     return step_scale(samples, run["local-epochs"], run["batch-size"], run["max-local-steps"], run["momentum"])
 
@@ -150,7 +150,7 @@ def expected_scale(samples: int, run: dict[str, Any]) -> float:
 def worst_ratio(rows: list[list[dict[str, Any]]], run: dict[str, Any], rule: str) -> float:
     """The largest norm / (its limit / factor) over the recorded updates: how many times the round's (scaled)
     median the most extreme update reached; a rule rejects it when this exceeds update-norm-factor."""
-    from strategies.validation import relative_limits
+    from strategies.update_screen import relative_limits
 
     worst = 0.0
     for row in rows:

@@ -55,7 +55,7 @@ def flat_norm(params: Params) -> float:
 def a_norm(steps: int, momentum: float = 0.0) -> float:
     """||a_k||_1 for ``steps`` local SGD steps with heavy-ball momentum rho (rho = 0: the step count): how far
     those steps move a model relative to one plain SGD step (FedNova's normaliser, strategies/methods/fednova.py; the
-    update screen's step scale, strategies/validation.py)."""
+    update screen's step scale, strategies/update_screen.py)."""
     if steps < 0 or not 0 <= momentum < 1:
         raise ValueError(f"need steps >= 0 and 0 <= momentum < 1, got steps={steps}, momentum={momentum}")
     if momentum == 0:

@@ -23,7 +23,7 @@ from strategies.client_registry import RoundFailed
 from strategies.aggregation import deltas, flat_norm
 from strategies.exchange import Failure, exchange
 from strategies.state_ledger import StateLedger
-from strategies.validation import (UpdateNorm, as_float64, check_update, relative_limits, relative_screen,
+from strategies.update_screen import (UpdateNorm, as_float64, check_update, relative_limits, relative_screen,
                                   step_scale)
 
 log = logging.getLogger("noniid_fl")
@@ -143,7 +143,7 @@ class RoundDriver:
                       ) -> tuple[list[ClientUpdate], list[Failure]]:
         """Reject updates whose norm exceeds update-norm-factor x the round's median update norm, the limit
         scaled up for a client whose registered samples allow more local steps than the round's median
-        client (``update-norm-scale='local-steps'``, :func:`strategies.validation.relative_limits`)
+        client (``update-norm-scale='local-steps'``, :func:`strategies.update_screen.relative_limits`)
         (``norms``: cid -> the update's norm where already known, exactly or bracketed)."""
         factor = self.cfg.update_norm_factor
         if factor <= 0 or len(updates) < 3:
@@ -173,7 +173,7 @@ class RoundDriver:
         return kept, rejected
 
     def _step_scales(self, updates: list[ClientUpdate]) -> list[float]:
-        """Each update's :func:`strategies.validation.step_scale` (1.0 each under update-norm-scale='none')."""
+        """Each update's :func:`strategies.update_screen.step_scale` (1.0 each under update-norm-scale='none')."""
         c = self.cfg
         if c.update_norm_scale == "none":
             return [1.0] * len(updates)

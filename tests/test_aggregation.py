@@ -4,7 +4,7 @@ import numpy as np
 import pytest
 
 from strategies.aggregation import apply_update, deltas, flat_norm, weighted_average
-from strategies.validation import update_problem
+from strategies.update_screen import update_problem
 
 
 def P(**arrays):

@@ -15,7 +15,7 @@ from engines.delivery import new_message_id
 from flcore.records import config_to_record, metric_record, params_to_record, record_dict
 from strategies.aggregation import deltas, flat_norm
 from strategies.state_ledger import StateLedger
-from strategies.validation import _check_in_order, as_float64, check_update, update_problem
+from strategies.update_screen import _check_in_order, as_float64, check_update, update_problem
 
 CONFIGS = [{}, {"a": 1, "b": 2.5, "c": "x", "d": b"\x00", "e": True}, {"l": [1, 2], "m": ["a"], "n": []},
            {"np": np.float32(1.5), "arr": np.arange(3)}, {"mixed": [1, 2.0]}, {"bad": {"x": 1}}, {1: "int key"}]

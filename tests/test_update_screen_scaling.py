@@ -1,6 +1,6 @@
 """Issue 31 item 8: the relative update screen keeps honest heavy clients. Its limit (update-norm-factor x
 the round's median norm) grows, for a client whose registered samples allow more local steps than the
-round's median client, with ||a||_1 of those steps (strategies/validation.py); light clients are screened
+round's median client, with ||a||_1 of those steps (strategies/update_screen.py); light clients are screened
 as before, and the faults it was built for are still rejected (tests/test_update_screening.py, and below)."""
 
 from __future__ import annotations
@@ -16,7 +16,7 @@ from flcore.records import params_to_record, record_to_params
 from server_app.runner import build_strategy, run_federation
 from strategies.base import ClientUpdate
 from strategies.methods.fednova import a_norm
-from strategies.validation import check_update, relative_limits, relative_screen, step_scale
+from strategies.update_screen import check_update, relative_limits, relative_screen, step_scale
 from tests.fakegrid import FakeGrid
 
 
