@@ -172,13 +172,11 @@ def main() -> None:
     args = ap.parse_args()
     started = machine()  # load average at the start (write time is the end)
     if args.copy_per_message:
-        from flwr.app import RecordDict
-
         from flcore.records import config_to_record, params_to_record
-        from strategies.base import FLStrategy
+        from strategies.messages import MessageBuilder
 
-        FLStrategy.params_record = lambda self, params: params_to_record(params)
-        FLStrategy._base_content = lambda self, rnd: RecordDict({"run_config": config_to_record(self.cfg.to_dict())})
+        MessageBuilder.params_record = lambda self, params: params_to_record(params)
+        MessageBuilder.base_records = lambda self: {"run_config": config_to_record(self.cfg.to_dict())}
     old = load_result(args.name) or {}
     kept = {r["clients"]: r for r in old.get("runs", []) if r["clients"] in args.keep
             and r.get("rounds") == args.rounds and r.get("sampled") == args.sampled

@@ -57,8 +57,8 @@ def server_exchange_cost(num_clients: int, sampled: int, overrides: dict, shared
     cfg = RunConfig.from_dict(resolve_run_config({**overrides, "round-timeout": 1.0, "round-retries": 0}))
     strategy = build_strategy(cfg)
     if not shared_records:
-        strategy.params_record = params_to_record
-        strategy._base_content = lambda rnd: RecordDict({"run_config": config_to_record(cfg.to_dict())})
+        strategy.messages.params_record = params_to_record
+        strategy.messages.base_records = lambda: {"run_config": config_to_record(cfg.to_dict())}
     for cid in range(num_clients):
         strategy.clients[cid] = ClientInfo(cid, 1000 + cid, 10, [1] * 10)
     params = model_params(build_model(cfg, *dataset_shape(cfg.dataset)))

@@ -88,10 +88,10 @@ def record(overrides: dict[str, Any], nodes: int) -> dict[str, Any]:
     from engines.grid import InProcessGrid
     from server_app.runner import run_federation
     from strategies.aggregation import deltas, flat_norm
-    from strategies.round_driver import RoundDriver
+    from strategies.update_checks import UpdateChecks
 
     seen: list[list[dict[str, Any]]] = []
-    original = RoundDriver._screen_norms
+    original = UpdateChecks.screen
 
     def recording(self, server_round, updates, reference, rejected, phase, norms=None):  # noqa: ANN001
         row = []
@@ -106,12 +106,12 @@ def record(overrides: dict[str, Any], nodes: int) -> dict[str, Any]:
     with tempfile.TemporaryDirectory() as tmp:
         cfg = RunConfig.from_dict(resolve_run_config({"seed": 0, **overrides, "update-norm-factor": 0.0,
                                                       "checkpoint": False, "out-dir": tmp}))
-        RoundDriver._screen_norms = recording
+        UpdateChecks.screen = recording
         t0 = time.process_time()
         try:
             doc = run_federation(InProcessGrid(nodes), cfg)
         finally:
-            RoundDriver._screen_norms = original
+            UpdateChecks.screen = original
         cpu = time.process_time() - t0
     failures = [f for r in doc["rounds"] for f in r.get("failures", [])]
     final = doc["rounds"][-1].get("global_accuracy")

@@ -35,7 +35,6 @@ from server_app.diagnosis import divergence_note, majority_share
 from server_app.outputs import resolve_out_dir
 from server_app.results import WRITE_INTERVAL_S, ResultsWriter, spread
 from strategies.base import FLStrategy, RoundOutcome
-from strategies.state_ledger import StateLedger
 
 log = logging.getLogger("noniid_fl")
 
@@ -140,12 +139,12 @@ def run_federation(grid: Grid, cfg: RunConfig) -> dict[str, Any]:
     results = ResultsWriter(out_dir, cfg.to_dict())
     try:  # the results writer holds the TensorBoard writer (and its thread) open between rounds
         first = 1
-        strategy.state_ledger = StateLedger.fresh()  # run-bound client state (client_app/state.py)
+        strategy.begin_run()  # run-bound client state (client_app/state.py)
         if cfg.resume_from:
             ckpt = load_checkpoint(cfg.resume_from, cfg.to_dict())
             params = ckpt["params"]
             strategy.load_state_dict(ckpt["strategy"])
-            strategy.state_ledger = StateLedger.resumed(ckpt.get("client_state"), int(ckpt["round"]), cfg.method)
+            strategy.begin_run(resumed_after=int(ckpt["round"]), client_state=ckpt.get("client_state"))
             results.rounds = list(ckpt["rounds"])
             first = int(ckpt["round"]) + 1
             _say(f"resumed from {cfg.resume_from} after round {ckpt['round']}")
@@ -156,7 +155,7 @@ def run_federation(grid: Grid, cfg: RunConfig) -> dict[str, Any]:
         for rnd in range(first, cfg.num_server_rounds + 1):
             t0 = time.time()
             outcome = strategy.train_round(grid, rnd, params)
-            strategy.state_ledger.check_refusals(outcome.failures)  # resumed without the clients' state: stop
+            strategy.check_client_state(outcome.failures)  # resumed without the clients' state: stop
             params = outcome.params
             load_params(model, params)
             scores, model_stats = {}, {}
@@ -168,7 +167,7 @@ def run_federation(grid: Grid, cfg: RunConfig) -> dict[str, Any]:
             row.update(model_stats)
             if "val" in scores:
                 row["val_loss"], row["val_accuracy"] = scores["val"]
-            registration = [f.as_dict() for f in strategy.drain_register_failures()]
+            registration = [f.as_dict() for f in strategy.registry.drain_failures()]
             if registration:  # nodes that could not register since the last round (asked again with back-off)
                 row["failures"] = registration + row["failures"]
                 row["num_failures"] = len(row["failures"])
@@ -186,8 +185,8 @@ def run_federation(grid: Grid, cfg: RunConfig) -> dict[str, Any]:
             if cfg.checkpoint and due:
                 save_checkpoint(out_dir / "checkpoint.pt", server_round=rnd, params=params,
                                 strategy_state=strategy.state_dict(), rounds=results.rounds, run_config=cfg.to_dict(),
-                                client_state=strategy.state_ledger.to_dict())
-                strategy.state_ledger.checkpoint_round = rnd  # clients keep the state versions a resume from it needs
+                                client_state=strategy.ledger.to_dict())
+                strategy.ledger.checkpoint_written(rnd)  # clients keep the state versions a resume from it needs
                 last_checkpoint = time.monotonic()
             local = f"{row['local_accuracy']:.4f}" if row["local_accuracy"] is not None else "n/a"
             gfl = f"G-FL acc {g_acc:.4f} loss {g_loss:.4f}" if g_acc is not None else "G-FL not evaluated"

@@ -1,4 +1,4 @@
-"""Pure aggregation math shared by strategies."""
+"""Pure aggregation math shared by strategies (and the float / integer split of a model's tensors)."""
 
 from __future__ import annotations
 
@@ -28,6 +28,19 @@ def weighted_average(params: Sequence[Params], weights: Sequence[float]) -> "Ord
             acc += wk * p[key]
         out[key] = np.rint(acc).astype(ref.dtype) if np.issubdtype(ref.dtype, np.integer) else acc.astype(ref.dtype)
     return out
+
+
+def is_float(arr: np.ndarray) -> bool:
+    """Whether ``arr`` holds floating-point values (integer buffers such as BatchNorm's counter do not)."""
+    return bool(np.issubdtype(np.asarray(arr).dtype, np.floating))
+
+
+def average_non_float(params: Sequence[Params], weights: Sequence[float],
+                      keys: Sequence[str]) -> "OrderedDict[str, np.ndarray]":
+    """Weighted average of the integer entries ``keys`` (counters/buffers that no optimizer rule covers)."""
+    if not keys:
+        return OrderedDict()
+    return weighted_average([{k: p[k] for k in keys} for p in params], weights)
 
 
 def deltas(global_params: Params, params: Params) -> "OrderedDict[str, np.ndarray]":

@@ -1,5 +1,11 @@
 """The server's client registry: which clients exist, and which are asked in a round.
 
+A part of the strategy (strategies/base.py composes it as ``strategy.registry``): it owns the registered
+clients, the back-off of nodes whose registration failed, the registration failures not yet reported, the
+seeded sampler's random stream and the last local accuracy each client reported; it is given the run config
+and the content of a registration message (a callable), and talks to the nodes only through
+:func:`strategies.exchange.exchange`.
+
 Clients are keyed by their *stable id* (partition id or node-config ``client-id``), never by Flower's node
 id, which is random and changes when a node re-registers. Nodes announce id, data size and class counts in a
 ``query`` exchange; a failed registration is retried with back-off. Sampling is seeded.
@@ -18,9 +24,13 @@ import math
 import time
 from dataclasses import dataclass
 from pathlib import Path
+from typing import Any, Callable, Mapping
 
 import numpy as np
+from flwr.app import RecordDict
 from flwr.serverapp import Grid
+
+from flcore.config import RunConfig
 
 from strategies import node_bindings
 from strategies.exchange import ExchangeResult, Failure, exchange
@@ -42,34 +52,70 @@ class ClientInfo:
 
 
 class ClientRegistry:
-    """Mixin of FLStrategy: the registry (``self.clients``), registration and seeded sampling."""
+    """Which clients exist (``clients``: stable id -> :class:`ClientInfo`), registration, seeded sampling."""
 
-    def sample(self, server_round: int) -> list[int]:
-        """ceil(fraction-train * N) clients (at least min-train-nodes), uniformly without replacement."""
+    def __init__(self, cfg: RunConfig, query: Callable[[], RecordDict]) -> None:
+        self.cfg = cfg
+        self.query = query  # the content of a registration ("query") message
+        self.clients: dict[int, ClientInfo] = {}
+        self.rng = np.random.default_rng(cfg.seed)  # the sampler's stream (checkpointed)
+        self.accuracy: dict[int, float] = {}  # last local accuracy each client reported
+        self.backoff: dict[int, tuple[int, int]] = {}  # failed node id -> (failed attempts, first round to ask again)
+        self.failures: list[Failure] = []  # registration failures not yet reported in a round's results
+        self._bindings: tuple[tuple[str, int, int], dict[int, int]] | None = None  # (file stamp, node -> owned id)
+
+    # ------------------------------------------------------------------------------ sampling
+    def sample(self) -> list[int]:
+        """ceil(fraction-train * N) clients (at least min-train-nodes), uniformly without replacement, from
+        the seeded stream ``rng``."""
         ids = sorted(self.clients)
         n = min(len(ids), max(self.cfg.min_train_nodes, math.ceil(self.cfg.fraction_train * len(ids))))
         return sorted(int(c) for c in self.rng.choice(ids, size=n, replace=False))
 
+    def eval_cids(self) -> list[int]:
+        """The clients a federated evaluation asks: every registered client, or with
+        ``federated-eval-clients = M`` > 0 a fixed, seeded sample of M of them (the same clients at every
+        evaluation while they stay registered; independent of the training sampler's random stream).
+        Flower's simulation engine costs O(N x pending messages) CPU per 0.1 s poll while an exchange with
+        N clients is in flight, so evaluating all of 1000 clients costs tens of CPU seconds."""
+        ids = sorted(self.clients)
+        m = self.cfg.federated_eval_clients
+        if m == 0 or m >= len(ids):
+            return ids
+        # a seeded pseudo-random rank per client id, independent of the other ids: stable as clients come and go
+        rank = {c: int(np.random.SeedSequence([self.cfg.seed, 0xFEDE7A1, c]).generate_state(1)[0]) for c in ids}
+        return sorted(sorted(ids, key=lambda c: (rank[c], c))[:m])
 
-    def refresh_clients(self, grid: Grid, wait: bool = True, server_round: int = 0) -> None:
+    def registered_samples(self, cid: int) -> int | None:
+        """The training samples ``cid`` registered with (aggregation weights come from them), or None."""
+        info = self.clients.get(cid)
+        return info.num_examples if info is not None else None
+
+    def note_accuracy(self, updates: list[Any]) -> None:
+        """Remember the ``local-accuracy`` metric of each update that reports one (FedUFO ranks by it)."""
+        for u in updates:
+            if "local-accuracy" in u.metrics:
+                self.accuracy[u.cid] = float(u.metrics["local-accuracy"])
+
+    # ------------------------------------------------------------------------------ registration
+    def refresh(self, grid: Grid, wait: bool = True, server_round: int = 0) -> None:
         """Ask every node we do not know yet for its stable client id, data size and class counts.
 
         A node whose registration fails (its ClientApp raised, e.g. on a bad partition-id; no answer; lost)
-        is recorded in ``register_failures`` and asked again only after 1, 2, 4, ... rounds (at most 64), so
-        a broken or hung node does not cost a registration exchange - up to round-timeout - every round.
+        is recorded in ``failures`` and asked again only after 1, 2, 4, ... rounds (at most 64), so a broken
+        or hung node does not cost a registration exchange - up to round-timeout - every round.
         """
         deadline = time.time() + self.cfg.round_timeout
         while True:
             bound = self._node_owners()
             node_ids = [int(n) for n in grid.get_node_ids()]
             known = {info.node_id for info in self.clients.values()}
-            new = [n for n in node_ids if n not in known
-                   and self.register_backoff.get(n, (0, 0))[1] <= server_round]
+            new = [n for n in node_ids if n not in known and self.backoff.get(n, (0, 0))[1] <= server_round]
             if new:
-                sends = {i - len(new): (n, self._base_content(0)) for i, n in enumerate(new)}  # node order
+                sends = {i - len(new): (n, self.query()) for i, n in enumerate(new)}  # node order
                 res = exchange(grid, sends, "query", self.cfg.round_timeout, server_round, phase="register",
                                poll=self.cfg.reply_poll_interval)
-                self._note_register_failures(res, {key: n for key, (n, _) in sends.items()}, server_round)
+                self._note_failed(res, {key: n for key, (n, _) in sends.items()}, server_round)
                 errors = [f for f in res.failures if f.kind == "error"]
                 if errors and len(self.clients) + len(res.replies) < max(self.cfg.min_train_nodes, 1):
                     raise RoundFailed("client registration failed on %d node(s): %s" % (
@@ -85,7 +131,7 @@ class ClientRegistry:
                         self._refuse_duplicate(cid, node, holder.node_id, server_round)
                         continue
                     self.clients[cid] = ClientInfo(cid, node, int(info["num-examples"]), list(info["class-counts"]))
-                    self.register_backoff.pop(node, None)
+                    self.backoff.pop(node, None)
             if not wait or len(self.clients) >= max(self.cfg.min_train_nodes, 1):
                 return
             if time.time() > deadline:
@@ -94,24 +140,52 @@ class ClientRegistry:
                     f"min-train-nodes={self.cfg.min_train_nodes}")
             time.sleep(1.0)
 
-    def _note_register_failures(self, res: ExchangeResult, node_of: dict[int, int], server_round: int) -> None:
+    def drain_failures(self) -> list[Failure]:
+        """Registration failures since the last call (they go into the round's results)."""
+        out, self.failures = self.failures, []
+        return out
+
+    def forget(self, cid: int) -> None:
+        """Drop the node behind ``cid`` so it re-registers (possibly under a new node id)."""
+        self.clients.pop(cid, None)
+
+    def forget_lost(self, res: ExchangeResult) -> None:
+        """Forget every client whose node the exchange ``res`` reports lost."""
+        for f in res.failures:
+            if f.kind == "node-lost":
+                self.forget(f.cid)
+
+    def _back_off(self, node: int, server_round: int) -> tuple[int, int]:
+        """One more failed attempt of ``node``: (attempts so far, the round it is asked again)."""
+        tries = self.backoff.get(node, (0, 0))[0] + 1
+        retry = server_round + 2 ** min(tries - 1, 6)
+        self.backoff[node] = (tries, retry)
+        return tries, retry
+
+    def _note_failed(self, res: ExchangeResult, node_of: dict[int, int], server_round: int) -> None:
         for f in res.failures:
             node = node_of[f.cid]
-            tries = self.register_backoff.get(node, (0, 0))[0] + 1
-            retry = server_round + 2 ** min(tries - 1, 6)
-            self.register_backoff[node] = (tries, retry)
-            self.register_failures.append(Failure(
+            tries, retry = self._back_off(node, server_round)
+            self.failures.append(Failure(
                 -1, "register", f.kind, f"node {node}: {f.reason} (attempt {tries}; asked again in round {retry})"))
 
     def _refuse_duplicate(self, cid: int, node: int, holder: int, server_round: int) -> None:
         """A node claims a client id that a live node holds: refused (the holder keeps its slot and state),
         recorded as a registration failure naming both nodes, and asked again with back-off."""
-        tries = self.register_backoff.get(node, (0, 0))[0] + 1
-        retry = server_round + 2 ** min(tries - 1, 6)
-        self.register_backoff[node] = (tries, retry)
+        tries, retry = self._back_off(node, server_round)
         reason = (f"node {node} claims client id {cid}, already held by live node {holder}: refused "
                   f"(attempt {tries}; asked again in round {retry})")
-        self.register_failures.append(Failure(cid, "register", "duplicate-id", reason))
+        self.failures.append(Failure(cid, "register", "duplicate-id", reason))
+        log.warning("registration: %s", reason)
+
+    def _refuse_identity(self, cid: int, node: int, owned: int | None, server_round: int) -> None:
+        """A node claims a client id its key does not own: refused (whoever came first), recorded as a
+        registration failure naming the node, the claim and what its key owns, and asked again with back-off."""
+        tries, retry = self._back_off(node, server_round)
+        owns = f"its key is bound to client id {owned}" if owned is not None else "its key is bound to no client id"
+        reason = (f"node {node} claims client id {cid}, but {owns} ({node_bindings.ENV}): refused "
+                  f"(attempt {tries}; asked again in round {retry})")
+        self.failures.append(Failure(cid, "register", "identity-mismatch", reason))
         log.warning("registration: %s", reason)
 
     def _node_owners(self) -> dict[int, int] | None:
@@ -125,11 +199,10 @@ class ClientRegistry:
             stamp = (str(path), path.stat().st_mtime_ns, path.stat().st_size)
         except OSError:
             stamp = (str(path), -1, -1)
-        cached = getattr(self, "_bindings_cache", None)
-        if cached is not None and cached[0] == stamp:
-            return cached[1]
+        if self._bindings is not None and self._bindings[0] == stamp:
+            return self._bindings[1]
         owners = node_bindings.owners(node_bindings.load(path))
-        self._bindings_cache = (stamp, owners)
+        self._bindings = (stamp, owners)
         for cid, info in list(self.clients.items()):
             if owners.get(info.node_id) != cid:
                 log.warning("registration: node %d no longer owns client id %d (%s): dropped", info.node_id, cid,
@@ -137,44 +210,11 @@ class ClientRegistry:
                 self.clients.pop(cid)
         return owners
 
-    def _refuse_identity(self, cid: int, node: int, owned: int | None, server_round: int) -> None:
-        """A node claims a client id its key does not own: refused (whoever came first), recorded as a
-        registration failure naming the node, the claim and what its key owns, and asked again with back-off."""
-        tries = self.register_backoff.get(node, (0, 0))[0] + 1
-        retry = server_round + 2 ** min(tries - 1, 6)
-        self.register_backoff[node] = (tries, retry)
-        owns = f"its key is bound to client id {owned}" if owned is not None else "its key is bound to no client id"
-        reason = (f"node {node} claims client id {cid}, but {owns} ({node_bindings.ENV}): refused "
-                  f"(attempt {tries}; asked again in round {retry})")
-        self.register_failures.append(Failure(cid, "register", "identity-mismatch", reason))
-        log.warning("registration: %s", reason)
+    # ------------------------------------------------------------------------------ checkpoint
+    def state_dict(self) -> dict[str, Any]:
+        """The sampler's stream and the accuracies (what a resumed run samples from)."""
+        return {"rng": self.rng.bit_generator.state, "client_accuracy": dict(self.accuracy)}
 
-    def drain_register_failures(self) -> list[Failure]:
-        """Registration failures since the last call (the round driver puts them in the round's results)."""
-        out, self.register_failures = self.register_failures, []
-        return out
-
-    def forget_node(self, cid: int) -> None:
-        """Drop the node behind ``cid`` so it re-registers (possibly under a new node id)."""
-        self.clients.pop(cid, None)
-
-
-    def _forget_lost(self, res: ExchangeResult) -> None:
-        for f in res.failures:
-            if f.kind == "node-lost":
-                self.forget_node(f.cid)
-
-    def federated_eval_cids(self) -> list[int]:
-        """The clients a federated evaluation asks: every registered client, or with
-        ``federated-eval-clients = M`` > 0 a fixed, seeded sample of M of them (the same clients at every
-        evaluation while they stay registered; independent of the training sampler's random stream).
-        Flower's simulation engine costs O(N x pending messages) CPU per 0.1 s poll while an exchange with
-        N clients is in flight, so evaluating all of 1000 clients costs tens of CPU seconds."""
-        ids = sorted(self.clients)
-        m = self.cfg.federated_eval_clients
-        if m == 0 or m >= len(ids):
-            return ids
-        # a seeded pseudo-random rank per client id, independent of the other ids: stable as clients come and go
-        rank = {c: int(np.random.SeedSequence([self.cfg.seed, 0xFEDE7A1, c]).generate_state(1)[0]) for c in ids}
-        return sorted(sorted(ids, key=lambda c: (rank[c], c))[:m])
-
+    def load_state_dict(self, state: Mapping[str, Any]) -> None:
+        self.rng.bit_generator.state = state["rng"]
+        self.accuracy = {int(k): float(v) for k, v in state["client_accuracy"].items()}

@@ -24,14 +24,14 @@ from typing import Any, Callable, Iterable
 
 from flwr.app import ArrayRecord, ConfigRecord, Message, MetricRecord
 from flwr.serverapp import Grid
-from flwr.serverapp.strategy import Result
+from flwr.serverapp.strategy import Result, Strategy
 
 from flcore import protocol
-from flcore.config import all_specs
+from flcore.config import RunConfig, all_specs
 from flcore.faces import start_problem
 from flcore.records import params_to_record, record_to_params
 from flcore.registry import get_method
-from strategies.client_registry import RoundFailed
+from strategies.client_registry import ClientRegistry, RoundFailed
 from strategies.exchange import Failure
 
 log = logging.getLogger("noniid_fl")
@@ -41,8 +41,20 @@ class StartNotSupported(TypeError):
     """The method cannot be driven by Flower's ``Strategy.start()`` (several exchanges per round)."""
 
 
-class FlowerStrategyAPI:
-    """Mixin of FLStrategy implementing flwr.serverapp.strategy.Strategy (``start()`` + its five methods)."""
+class FlowerStrategyAPI(Strategy):
+    """FLStrategy's face to Flower: flwr.serverapp.strategy.Strategy (``start()`` + its five methods), over the
+    strategy's public steps (``refresh_clients``, ``sample``, ``train_content``, ``collect_updates``,
+    ``aggregate``, ``evaluate_content``, ``round_metrics``) and its client registry (``registry``). It keeps only
+    what ``start()``'s rounds need between its calls: the messages sent, the failures and the last evaluation."""
+
+    cfg: RunConfig
+    registry: ClientRegistry
+
+    def __init__(self) -> None:
+        self.flower_failures: dict[int, list[Failure]] = {}  # round -> its failures under start()
+        self.last_evaluation: dict[int, dict] = {}  # cid -> metrics of the last federated evaluation
+        self._flower_params: tuple[int, Any] | None = None  # (round, the global params configure_train sent)
+        self._flower_sent: dict[str, list[tuple[int, Message]]] = {}  # phase -> (cid, message) sent
 
     # ------------------------------------------------------------------------------ the round loop
     def start(self, grid: Grid, initial_arrays: ArrayRecord, num_rounds: int = 3, timeout: float = 3600,
@@ -55,7 +67,7 @@ class FlowerStrategyAPI:
             raise ValueError(f"start(num_rounds={num_rounds}) differs from run-config num-server-rounds="
                              f"{self.cfg.num_server_rounds}; methods schedule by the latter: pass "
                              "num_rounds=cfg.num_server_rounds")
-        return super().start(grid=grid, initial_arrays=initial_arrays, num_rounds=num_rounds,  # type: ignore[misc]
+        return super().start(grid=grid, initial_arrays=initial_arrays, num_rounds=num_rounds,
                              timeout=timeout, train_config=train_config, evaluate_config=evaluate_config,
                              evaluate_fn=evaluate_fn)
 
@@ -78,20 +90,20 @@ class FlowerStrategyAPI:
         sent = [(cid, Message(self.train_content(server_round, cid, params, extra), message_type=protocol.TRAIN,
                               dst_node_id=self.clients[cid].node_id, group_id=str(server_round)))
                 for cid in self.sample(server_round)]
-        self._flower_sent()[protocol.TRAIN] = sent
+        self._flower_sent[protocol.TRAIN] = sent
         return [m for _, m in sent]
 
     def aggregate_train(self, server_round: int,
                         replies: Iterable[Message]) -> tuple[ArrayRecord | None, MetricRecord | None]:
         """Validate the replies (collect_updates) and aggregate them with the method's ``aggregate``."""
-        rnd, params = getattr(self, "_flower_params", (None, None))
+        rnd, params = self._flower_params or (None, None)
         if rnd != server_round:
             raise RuntimeError(f"aggregate_train(round {server_round}) without configure_train for that round")
         ok, failures = self._sort_replies(server_round, protocol.TRAIN, replies)
         updates, rejected = self.collect_updates(server_round, ok, params)
-        failures = self.drain_register_failures() + failures + rejected
+        failures = self.registry.drain_failures() + failures + rejected
         self.flower_failures[server_round] = failures
-        sampled = len(self._flower_sent()[protocol.TRAIN])
+        sampled = len(self._flower_sent[protocol.TRAIN])
         if not updates or len(updates) < min(self.cfg.min_train_replies, sampled):
             reasons = "; ".join(f"client {f.cid}: {f.kind} ({f.reason})" for f in failures[-10:])
             raise RoundFailed(f"round {server_round}: {len(updates)} usable update(s) of {sampled} sampled, "
@@ -111,15 +123,15 @@ class FlowerStrategyAPI:
         that are a multiple of federated-eval-every, and on the last round."""
         every = self.cfg.federated_eval_every
         if not ((every and server_round % every == 0) or server_round == self.cfg.num_server_rounds):
-            self._flower_sent()[protocol.EVALUATE] = []
+            self._flower_sent[protocol.EVALUATE] = []
             return []
         extra = self._user_config(config, "evaluate_config")
         params = record_to_params(arrays)
         sent = [(cid, Message(self.evaluate_content(server_round, cid, params, extra),
                               message_type=protocol.EVALUATE, dst_node_id=self.clients[cid].node_id,
                               group_id=str(server_round)))
-                for cid in self.federated_eval_cids()]
-        self._flower_sent()[protocol.EVALUATE] = sent
+                for cid in self.registry.eval_cids()]
+        self._flower_sent[protocol.EVALUATE] = sent
         return [m for _, m in sent]
 
     def aggregate_evaluate(self, server_round: int, replies: Iterable[Message]) -> MetricRecord | None:
@@ -159,14 +171,6 @@ class FlowerStrategyAPI:
                                                   if k in ("method", "dataset", "partition", "num-server-rounds")})
 
     # ------------------------------------------------------------------------------ helpers
-    @property
-    def flower_failures(self) -> dict[int, list[Failure]]:
-        """Round -> the failures of that round under ``start()`` (registration, training, evaluation)."""
-        return self.__dict__.setdefault("_flower_failures", {})
-
-    def _flower_sent(self) -> dict[str, list[tuple[int, Message]]]:
-        return self.__dict__.setdefault("_flower_sent_messages", {})
-
     def _user_config(self, config: ConfigRecord, what: str) -> dict[str, Any]:
         """start()'s train/evaluate config, forwarded in each client's "config" record; keys the strategy
         sets per client or that the run config owns are refused (clients would not read them there)."""
@@ -184,7 +188,7 @@ class FlowerStrategyAPI:
                       replies: Iterable[Message]) -> tuple[dict[int, Message], list[Failure]]:
         """Replies to this phase's messages by client id (error replies and missing replies as failures;
         a node the SuperLink reports lost is forgotten, so that it registers again)."""
-        sent = self._flower_sent().get(phase, [])
+        sent = self._flower_sent.get(phase, [])
         by_msg = {m.metadata.message_id: cid for cid, m in sent if m.metadata.message_id}
         by_node = {m.metadata.dst_node_id: cid for cid, m in sent}
         ok: dict[int, Message] = {}
@@ -200,7 +204,7 @@ class FlowerStrategyAPI:
                 kind = "node-lost" if reply.metadata.src_node_id == 1 or err.code == 5 else "error"
                 failures.append(Failure(cid, phase, kind, f"code {err.code}: {err.reason}"))
                 if kind == "node-lost":
-                    self.forget_node(cid)
+                    self.registry.forget(cid)
                 continue
             ok[cid] = reply
         answered = set(ok) | {f.cid for f in failures}

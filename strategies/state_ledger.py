@@ -1,12 +1,12 @@
 """The server's side of run-bound client state: what each train message's ``client-state`` record says.
 
-The runner gives the strategy a :class:`StateLedger` (``strategy.state_ledger``) at the start of a run:
-:meth:`StateLedger.fresh` draws a new run token; :meth:`StateLedger.resumed` continues the run of a
-checkpoint with a new attempt whose history starts after the checkpoint's round (flcore/state_binding.py).
-The round driver puts :meth:`record` in every train message and passes every train reply to
-:meth:`note_reply`, which remembers after which round each client kept non-empty state (its
-``state-entries`` metric). The runner stores :meth:`to_dict` in each checkpoint and sets
-``checkpoint_round`` once the checkpoint is on disk.
+A part of the strategy: ``strategy.begin_run()`` makes the strategy's ledger (``strategy.ledger``) at the
+start of a run: :meth:`StateLedger.fresh` draws a new run token; :meth:`StateLedger.resumed` continues the
+run of a checkpoint with a new attempt whose history starts after the checkpoint's round
+(flcore/state_binding.py). The strategy puts :meth:`record` in every train message and passes every train
+reply's metrics to :meth:`note_reply`, which remembers after which round each client kept non-empty state
+(its ``state-entries`` metric). The runner stores :meth:`to_dict` in each checkpoint and calls
+:meth:`checkpoint_written` once the checkpoint is on disk.
 
 A client that cannot find the state it kept before the checkpoint a run resumed from refuses to train
 (client_app/state.py); :meth:`check_refusals` turns that into the end of the run
@@ -103,6 +103,10 @@ class StateLedger:
             raise ClientStateMissing(
                 f"the run resumed after round {resumed_after} without its clients' state ({len(bad)} client(s) "
                 "refused to train); " + "; ".join(f.reason for f in bad[:3]))
+
+    def checkpoint_written(self, server_round: int) -> None:
+        """The checkpoint of ``server_round`` is on disk: clients keep the state versions a resume from it needs."""
+        self.checkpoint_round = server_round
 
     def to_dict(self) -> dict[str, Any]:
         return {"run": self.run, "attempts": list(self.attempts), "starts": list(self.starts),

@@ -21,7 +21,8 @@ from flwr.app import ArrayRecord, RecordDict
 
 from flcore.config import RunConfig
 from flcore.records import record_to_params
-from strategies.update_checks import arrays_problem, average_non_float, is_float, reject_updates
+from strategies.aggregation import average_non_float, is_float
+from strategies.update_checks import arrays_problem, reject_updates
 
 Arrays = Mapping[str, np.ndarray]
 

@@ -1,8 +1,16 @@
-"""Small helpers the baseline strategies share (issue 3): method-specific update checks, float/int split.
+"""Checking a round's replies before they reach aggregation: the base's checks and those methods add.
 
-Baselines need more than the arrays in a reply (SCAFFOLD's delta c_i, FedNova's step count, q-FedAvg's
-loss). A reply that lacks them cannot be aggregated; it is rejected for the round like any malformed update
-(named in the log and in the round's failures), and the federation goes on with the others.
+:class:`UpdateChecks` is a part of the strategy (strategies/base.py composes it as ``strategy.checks``): given
+the run config and the registered sample count of each client (a callable), :meth:`UpdateChecks.check` turns
+replies into :class:`ClientUpdate` s and rejects malformed or absurd ones (structure, finite values,
+``max-update-norm``, a ``num-examples`` that differs from the registration: the verdicts of
+strategies/update_screen.py), and :meth:`UpdateChecks.screen` applies the relative screen
+(``update-norm-factor`` x the round's median update norm). Every rejection is a :class:`Failure` naming why.
+
+Methods need more than the arrays in a reply (SCAFFOLD's delta c_i, FedNova's step count, q-FedAvg's loss).
+A reply that lacks them cannot be aggregated; :func:`reject_updates` with :func:`metric_problem` /
+:func:`arrays_problem` rejects it for the round like any malformed update (named in the log and in the
+round's failures), and the federation goes on with the others.
 """
 
 from __future__ import annotations
@@ -10,20 +18,120 @@ from __future__ import annotations
 import logging
 import math
 from collections import OrderedDict
-from typing import Any, Callable, Mapping, Sequence
+from dataclasses import dataclass, field
+from typing import Any, Callable, Mapping
 
 import numpy as np
+from flwr.app import Message
 
-from strategies.aggregation import weighted_average
+from flcore.config import RunConfig
+from flcore.records import record_views
+from strategies.aggregation import deltas, flat_norm, is_float
 from strategies.exchange import Failure
+from strategies.update_screen import UpdateNorm, as_float64, check_update, relative_limits, relative_screen, step_scale
 
 log = logging.getLogger("noniid_fl")
 
 
-def is_float(arr: np.ndarray) -> bool:
-    return bool(np.issubdtype(np.asarray(arr).dtype, np.floating))
+@dataclass
+class ClientUpdate:
+    cid: int
+    params: "OrderedDict[str, np.ndarray]"
+    num_examples: int
+    metrics: dict[str, Any]
+    records: dict[str, Any]
 
 
+@dataclass
+class CheckedReplies:
+    """What :meth:`UpdateChecks.check` made of a round's replies (each list in client-id order)."""
+    updates: list[ClientUpdate] = field(default_factory=list)  # passed the per-update checks
+    rejected: list[Failure] = field(default_factory=list)
+    norms: dict[int, UpdateNorm] = field(default_factory=dict)  # cid -> ||update - reference|| of each update
+    metrics: dict[int, dict[str, Any]] = field(default_factory=dict)  # cid -> metrics of every well-formed reply
+
+
+class UpdateChecks:
+    """The base's checks of client updates: per update (:meth:`check`), then across the round (:meth:`screen`)."""
+
+    def __init__(self, cfg: RunConfig, registered_samples: Callable[[int], int | None]) -> None:
+        self.cfg = cfg
+        self.registered_samples = registered_samples  # cid -> the training samples it registered, or None
+
+    def check(self, server_round: int, replies: Mapping[int, Message], reference: Mapping[str, np.ndarray],
+              phase: str = "train") -> CheckedReplies:
+        """Turn replies into updates; reject malformed or absurd ones (named in the log and the result)."""
+        out = CheckedReplies()
+        reference64 = as_float64(reference) if replies else None
+        for cid in sorted(replies):
+            content = replies[cid].content
+            try:
+                params = record_views(content["arrays"])  # read-only views of the reply's bytes: aggregation reads them
+                metrics = dict(content["metrics"])
+                num = int(metrics["num-examples"])
+            except Exception as exc:  # noqa: BLE001 - anything malformed is a rejected update
+                out.rejected.append(Failure(cid, phase, "rejected", f"malformed reply: {exc!r}"))
+                continue
+            out.metrics[cid] = metrics
+            problem, norm = check_update(params, reference, self.cfg.max_update_norm, reference64)
+            registered = self.registered_samples(cid)
+            if problem is None and num != registered:
+                problem = (f"reply claims num-examples={num}, but the client registered {registered} training "
+                           "samples (aggregation weights come from registration)")
+            if problem is not None:
+                out.rejected.append(Failure(cid, phase, "rejected", problem))
+                log.warning("round %s: update of client %s rejected: %s", server_round, cid, problem)
+                continue
+            records = {k: v for k, v in content.items() if k not in ("arrays", "metrics")}
+            out.updates.append(ClientUpdate(cid, params, num, metrics, records))
+            out.norms[cid] = norm
+        return out
+
+    def screen(self, server_round: int, updates: list[ClientUpdate], reference: Mapping[str, np.ndarray],
+               rejected: list[Failure], phase: str, norms: Mapping[int, UpdateNorm] | None = None
+               ) -> tuple[list[ClientUpdate], list[Failure]]:
+        """Reject updates whose norm exceeds update-norm-factor x the round's median update norm, the limit
+        scaled up for a client whose registered samples allow more local steps than the round's median
+        client (``update-norm-scale='local-steps'``, :func:`strategies.update_screen.relative_limits`)
+        (``norms``: cid -> the update's norm where already known, exactly or bracketed). Returns the kept
+        updates and ``rejected`` with the screened ones appended."""
+        factor = self.cfg.update_norm_factor
+        if factor <= 0 or len(updates) < 3:
+            return updates, rejected
+        scales = self._step_scales(updates)
+        known = [(norms or {}).get(u.cid) for u in updates]
+        if all(n is not None for n in known):
+            # every exact norm is >= its lo, so the exact median is >= the median of the lo's and each exact
+            # limit >= its limit from the lo's: an update whose hi is within that is within its exact limit
+            limits_lo = relative_limits([n.lo for n in known], scales, factor)
+            if all(n.hi <= lim for n, lim in zip(known, limits_lo)):
+                return updates, rejected
+        exact = [n.exact() if n is not None else flat_norm(deltas(reference, u.params))
+                 for u, n in zip(updates, known)]
+        median = float(np.median(exact))
+        kept = []
+        for u, norm, (bad, limit) in zip(updates, exact, relative_screen(exact, scales, factor)):
+            if not bad:
+                kept.append(u)
+                continue
+            reason = (f"update norm {norm:.4g} exceeds update-norm-factor {factor:g} x the round's median update "
+                      f"norm ({median:.4g})")
+            if limit > factor * median:
+                reason += f" x {limit / (factor * median):.3g} for its {u.num_examples} registered samples"
+            rejected.append(Failure(u.cid, phase, "rejected", reason))
+            log.warning("round %s: update of client %s rejected: %s", server_round, u.cid, reason)
+        return kept, rejected
+
+    def _step_scales(self, updates: list[ClientUpdate]) -> list[float]:
+        """Each update's :func:`strategies.update_screen.step_scale` (1.0 each under update-norm-scale='none')."""
+        c = self.cfg
+        if c.update_norm_scale == "none":
+            return [1.0] * len(updates)
+        return [step_scale(u.num_examples, c.local_epochs, c.batch_size, c.max_local_steps, c.momentum)
+                for u in updates]
+
+
+# ------------------------------------------------------------------------------ checks methods add
 def reject_updates(server_round: int, updates: list, rejected: list[Failure],
                    problem: Callable[[Any], str | None], phase: str = "train") -> tuple[list, list[Failure]]:
     """Move every update for which ``problem(update)`` returns a reason into the rejected list."""
@@ -69,15 +177,3 @@ def arrays_problem(arrays: Mapping[str, np.ndarray] | None, reference: Mapping[s
         if not is_float(v) or not np.all(np.isfinite(v)):
             return f"record '{what}' tensor '{k}' is not finite floating point"
     return None
-
-
-def average_non_float(params: Sequence[Mapping[str, np.ndarray]], weights: Sequence[float],
-                      keys: Sequence[str]) -> "OrderedDict[str, np.ndarray]":
-    """Weighted average of the integer entries ``keys`` (counters/buffers that no optimizer rule covers)."""
-    if not keys:
-        return OrderedDict()
-    return weighted_average([{k: p[k] for k in keys} for p in params], weights)
-
-
-def as_float64(params: Mapping[str, np.ndarray]) -> "OrderedDict[str, np.ndarray]":
-    return OrderedDict((k, np.asarray(v, dtype=np.float64)) for k, v in params.items())

@@ -364,3 +364,158 @@ def test_method_homes_are_named_for_their_family_and_unique():
     model_packages = [p.name for p in (ROOT / "models").iterdir() if (p / "__init__.py").exists()]
     assert set(model_packages) <= families and "fedrane" in model_packages
     assert set(_home_entries(ROOT / "flcore" / "methods")) == families
+
+
+# ------------------------------------------------------------------------ the strategy base: parts, not mixins
+# the strategy infrastructure: every module of strategies/ outside strategies/methods/ (the methods' homes)
+INFRASTRUCTURE = tuple(sorted(m for m in module_files() if m.startswith("strategies.")
+                              and not m.startswith("strategies.methods")))
+STRATEGY_SELF = ("FLStrategy", "FlowerStrategyAPI", "TensorState")  # classes whose ``self`` is the whole strategy
+
+
+def _is_private(name: str) -> bool:
+    return name.startswith("_") and not (name.startswith("__") and name.endswith("__"))
+
+
+def class_members(cls: ast.ClassDef) -> set[str]:
+    """What a class defines: its methods and class attributes (annotated ones: dataclass fields, declared
+    dependencies), ``__slots__`` and every ``self.<name>`` its methods assign."""
+    out: set[str] = set()
+    for node in cls.body:
+        if isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef, ast.ClassDef)):
+            out.add(node.name)
+        elif isinstance(node, ast.AnnAssign) and isinstance(node.target, ast.Name):
+            out.add(node.target.id)
+        elif isinstance(node, ast.Assign):
+            for target in node.targets:
+                if isinstance(target, ast.Name):
+                    out.add(target.id)
+                    if target.id == "__slots__" and isinstance(node.value, (ast.Tuple, ast.List)):
+                        out |= {e.value for e in node.value.elts if isinstance(e, ast.Constant)}
+    for node in ast.walk(cls):
+        targets = (node.targets if isinstance(node, ast.Assign) else [node.target]
+                   if isinstance(node, (ast.AnnAssign, ast.AugAssign)) else [])
+        for target in targets:
+            for t in (target.elts if isinstance(target, ast.Tuple) else [target]):
+                if isinstance(t, ast.Attribute) and isinstance(t.value, ast.Name) and t.value.id == "self":
+                    out.add(t.attr)
+    return out
+
+
+def self_uses(cls: ast.ClassDef) -> dict[str, int]:
+    """Every ``self.<name>`` a class's code reads or calls -> the first line it does."""
+    out: dict[str, int] = {}
+    for node in ast.walk(cls):
+        if (isinstance(node, ast.Attribute) and isinstance(node.value, ast.Name) and node.value.id == "self"
+                and isinstance(node.ctx, ast.Load)):
+            out.setdefault(node.attr, node.lineno)
+    return out
+
+
+def foreign_private_uses(tree: ast.AST) -> list[str]:
+    """Every ``<x>._name`` whose object is not ``self``/``cls``: reaching into another object's private member."""
+    return [f"{node.lineno}: {ast.unparse(node)}" for node in ast.walk(tree)
+            if isinstance(node, ast.Attribute) and _is_private(node.attr)
+            and not (isinstance(node.value, ast.Name) and node.value.id in ("self", "cls"))]
+
+
+def strategy_classes(modules: tuple[str, ...] | None = None) -> dict[str, ast.ClassDef]:
+    """'module.Class' -> its class node, for the given modules of strategies/ (every module by default)."""
+    files = {m: p for m, p in module_files().items() if m.split(".")[0] == "strategies"}
+    out = {}
+    for m in modules or tuple(files):
+        for node in ast.walk(ast.parse(files[m].read_text())):
+            if isinstance(node, ast.ClassDef):
+                out[f"{m}.{node.name}"] = node
+    return out
+
+
+def part_violations(classes: dict[str, ast.ClassDef], strategy_self: tuple[str, ...]) -> list[str]:
+    """What breaks the parts rule in ``classes``: a ``self._name`` its class does not define (a mixin calling a
+    sibling's private helper), and - for a part, i.e. any class but ``strategy_self`` - any ``self.<name>``
+    its class does not define (a part uses only its own members and what it was given)."""
+    bad = []
+    for qual, cls in classes.items():
+        own = class_members(cls)
+        for name, line in sorted(self_uses(cls).items()):
+            if name in own or name.startswith("__"):
+                continue
+            if _is_private(name) or cls.name not in strategy_self:
+                bad.append(f"{qual}:{line}: self.{name}")
+    return bad
+
+
+def test_the_parts_check_finds_mixins_reaching_into_each_other():
+    """The checks flag what the four-mixin base did: a mixin calling its sibling's private helper through
+    ``self``, a part reading state it does not own, and code reaching into another object's private member."""
+    source = ("class Registry:\n"
+              "    def refresh(self):\n        return self._base_content(0)\n"           # a sibling's helper
+              "class Driver:\n"
+              "    def __init__(self, registry):\n        self.registry = registry\n        self._memo = None\n"
+              "    def run(self):\n        self._memo = self.registry.clients\n"         # own members: fine
+              "        return self.cfg, self.registry._node_owners()\n"                    # not its own; private
+              "class FLStrategy(Registry, Driver):\n"
+              "    def hook(self):\n        return self.refresh(), self._memo\n")        # public fine, private not
+    tree = ast.parse(source)
+    classes = {f"m.{n.name}": n for n in ast.walk(tree) if isinstance(n, ast.ClassDef)}
+    assert part_violations(classes, ("FLStrategy",)) == ["m.Registry:3: self._base_content", "m.Driver:10: self.cfg",
+                                                          "m.FLStrategy:13: self._memo"]
+    assert foreign_private_uses(tree) == ["10: self.registry._node_owners"]
+
+
+def test_no_strategy_part_reaches_into_another_ones_members():
+    """strategies/base.py's FLStrategy composes parts (registry, messages, checks, driver, ledger), each owning
+    its state; none calls another's private members, and a part reads only what it defines or was given."""
+    assert foreign_private_uses(ast.parse("")) == []
+    reached = {m: hits for m in INFRASTRUCTURE
+               if (hits := foreign_private_uses(ast.parse(module_files()[m].read_text())))}
+    assert reached == {}
+    classes = strategy_classes(INFRASTRUCTURE)
+    assert {"strategies.client_registry.ClientRegistry", "strategies.round_driver.RoundDriver",
+            "strategies.update_checks.UpdateChecks", "strategies.state_ledger.StateLedger",
+            "strategies.messages.MessageBuilder"} <= set(classes)
+    assert part_violations(classes, STRATEGY_SELF) == []
+
+
+def test_method_strategies_use_no_private_member_of_the_base():
+    """A method's strategy (wherever its module lives in strategies/) uses the base through its public hooks
+    and parts: a ``self._name`` it reads is its own, never one that only the base or a part defines."""
+    infra = strategy_classes(INFRASTRUCTURE)
+    base_private = {n for cls in infra.values() for n in class_members(cls) if _is_private(n)}
+    assert {"_node_owners", "_flower_sent", "_params_memo"} <= base_private
+    bad = []
+    for qual, cls in strategy_classes().items():
+        if qual in infra:
+            continue
+        own = class_members(cls)
+        bad += [f"{qual}:{line}: self.{n}" for n, line in self_uses(cls).items() if n in base_private and n not in own]
+        bad += [f"{qual}: {hit}" for hit in foreign_private_uses(cls) if hit.split(".")[-1].split("(")[0] in base_private]
+    assert bad == []
+
+
+def test_the_strategy_is_composed_of_its_parts_and_one_flower_face():
+    """FLStrategy inherits only Flower's face (flower_api.py, which Flower's ``start()`` calls methods of); the
+    registry, messages, checks, round driver and state ledger are parts it holds, each given its
+    dependencies, and the face uses only public members the strategy defines."""
+    from flwr.serverapp.strategy import Strategy
+
+    from flcore.config import RunConfig
+    from strategies.base import FLStrategy
+    from strategies.client_registry import ClientRegistry
+    from strategies.flower_api import FlowerStrategyAPI
+    from strategies.messages import MessageBuilder
+    from strategies.round_driver import RoundDriver
+    from strategies.update_checks import UpdateChecks
+
+    assert [c for c in FLStrategy.__mro__ if c.__module__.startswith("strategies.")] == [FLStrategy, FlowerStrategyAPI]
+    s = FLStrategy(RunConfig())
+    assert (type(s.registry), type(s.messages), type(s.checks), type(s.driver)) == (
+        ClientRegistry, MessageBuilder, UpdateChecks, RoundDriver)
+    assert s.driver.registry is s.registry and s.driver.steps is s and s.ledger is None
+    s.begin_run()
+    assert s.ledger is not None and s.ledger.starts == [1]
+    classes = strategy_classes(("strategies.base", "strategies.flower_api"))
+    face, strategy = classes["strategies.flower_api.FlowerStrategyAPI"], classes["strategies.base.FLStrategy"]
+    borrowed = set(self_uses(face)) - class_members(face)
+    assert borrowed and not {n for n in borrowed if _is_private(n)}
+    assert borrowed <= class_members(strategy) | set(dir(Strategy)), borrowed - class_members(strategy)

@@ -86,12 +86,12 @@ def test_params_record_is_shared_within_an_exchange_and_rebuilt_for_new_params()
     new = OrderedDict((k, v + 1) for k, v in params.items())  # the next round's model
     c = strategy.train_content(2, 0, new)["arrays"]
     assert c is not a and np.array_equal(record_to_params(c)["b"], new["b"])
-    assert strategy.params_record(new) is c
+    assert strategy.messages.params_record(new) is c
     new["b"] = np.zeros(2, np.float32)  # same dict object, one array replaced: the memo is not stale
-    swapped = strategy.params_record(new)
+    swapped = strategy.messages.params_record(new)
     assert swapped is not c and np.array_equal(record_to_params(swapped)["b"], np.zeros(2))
-    run_cfg_a = strategy._base_content(1)["run_config"]
-    assert run_cfg_a is strategy._base_content(2)["run_config"] and dict(run_cfg_a)["method"] == "fedavg"
+    run_cfg_a = strategy.messages.query()["run_config"]
+    assert run_cfg_a is strategy.messages.query()["run_config"] and dict(run_cfg_a)["method"] == "fedavg"
 
 
 def test_gne_benchmark_times_a_converged_aggregation_of_distinct_updates():

@@ -143,8 +143,8 @@ def test_the_relative_screen_decides_near_ties_with_exact_norms(tmp_path):
     for top, kept in ((2.0, [0, 1, 2, 3]), (np.nextafter(np.float32(2.0), np.float32(3.0)), [0, 1, 2])):
         ups = [update(0, 1.0), update(1, 1.0), update(2, 1.0), update(3, top)]
         norms = {u.cid: check_update(u.params, ref, 1e9)[1] for u in ups}
-        got, rejected = strategy._screen_norms(1, ups, ref, [], "train", norms)
-        want, want_rejected = strategy._screen_norms(1, ups, ref, [], "train")  # exact norms only
+        got, rejected = strategy.checks.screen(1, ups, ref, [], "train", norms)
+        want, want_rejected = strategy.checks.screen(1, ups, ref, [], "train")  # exact norms only
         assert [u.cid for u in got] == [u.cid for u in want] == kept
         assert [f.as_dict() for f in rejected] == [f.as_dict() for f in want_rejected]
 

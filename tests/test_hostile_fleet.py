@@ -24,6 +24,7 @@ import threading
 import time
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
+from typing import Any
 
 import numpy as np
 import pytest
@@ -228,26 +229,17 @@ def test_node_bindings_are_validated_and_written_atomically(tmp_path: Path) -> N
     assert [b.client_id for b in unbind(table, 1)] == [0, 2]
 
 
-class _Registry:
-    """The registry mixin with just what refresh_clients uses; replies come from a scripted exchange."""
+def _registry() -> Any:
+    """A client registry with just the run config registration reads; replies come from a scripted exchange."""
+    from types import SimpleNamespace
 
-    def __init__(self) -> None:
-        from types import SimpleNamespace
+    from strategies.client_registry import ClientRegistry
 
-        from strategies.client_registry import ClientRegistry
-
-        self.cls = ClientRegistry
-        self.cfg = SimpleNamespace(round_timeout=5.0, reply_poll_interval=0.01, min_train_nodes=1)
-        self.clients, self.register_backoff, self.register_failures = {}, {}, []
-
-    def _base_content(self, _cid: int) -> None:
-        return None
-
-    def __getattr__(self, name: str):
-        return getattr(self.cls, name).__get__(self)
+    cfg = SimpleNamespace(round_timeout=5.0, reply_poll_interval=0.01, min_train_nodes=1, seed=0)
+    return ClientRegistry(cfg, query=lambda: None)
 
 
-def _register(monkeypatch: pytest.MonkeyPatch, reg: _Registry, claims: list[tuple[int, int]], rnd: int = 1) -> None:
+def _register(monkeypatch: pytest.MonkeyPatch, reg: Any, claims: list[tuple[int, int]], rnd: int = 1) -> None:
     """One registration exchange in which node n claims client id c, replies in the order given."""
     from types import SimpleNamespace
 
@@ -262,7 +254,7 @@ def _register(monkeypatch: pytest.MonkeyPatch, reg: _Registry, claims: list[tupl
 
     monkeypatch.setattr(client_registry, "exchange", fake_exchange)
     grid = SimpleNamespace(get_node_ids=lambda: [n for n, _ in claims])
-    reg.refresh_clients(grid, wait=False, server_round=rnd)
+    reg.refresh(grid, wait=False, server_round=rnd)
 
 
 def test_a_node_gets_only_the_client_id_its_key_owns_whoever_comes_first(tmp_path: Path,
@@ -271,27 +263,27 @@ def test_a_node_gets_only_the_client_id_its_key_owns_whoever_comes_first(tmp_pat
 
     # without bindings: the first live claim wins and the genuine owner is refused (the issue's attack)
     monkeypatch.delenv(nb.ENV, raising=False)
-    reg = _Registry()
+    reg = _registry()
     _register(monkeypatch, reg, [(300, 0), (100, 0), (200, 1)])       # thief (node 300) answers first
     assert {c: i.node_id for c, i in reg.clients.items()} == {0: 300, 1: 200}
-    assert [f.kind for f in reg.register_failures] == ["duplicate-id"]
+    assert [f.kind for f in reg.failures] == ["duplicate-id"]
     # with bindings (100 owns 0, 200 owns 1, 300 owns 3): the thief is refused in either order, the owner trains
     table = tmp_path / "bindings.json"
     nb.write(table, [nb.Binding(100, 0, KEY + "A"), nb.Binding(200, 1, KEY + "B"), nb.Binding(300, 3, KEY + "C")])
     monkeypatch.setenv(nb.ENV, str(table))
     for order in ([(300, 0), (100, 0), (200, 1)], [(100, 0), (300, 0), (200, 1)]):
-        reg = _Registry()
+        reg = _registry()
         _register(monkeypatch, reg, order)
         assert {c: i.node_id for c, i in reg.clients.items()} == {0: 100, 1: 200}
-        [f] = reg.drain_register_failures()
+        [f] = reg.drain_failures()
         assert (f.cid, f.kind) == (0, "identity-mismatch")
         assert "node 300 claims client id 0, but its key is bound to client id 3" in f.reason
-        assert reg.register_backoff[300] == (1, 2)                      # asked again in round 2, not every round
+        assert reg.backoff[300] == (1, 2)                      # asked again in round 2, not every round
     # a node whose key is bound to nothing is refused too; a table that changes drops a client it no longer owns
-    reg = _Registry()
+    reg = _registry()
     _register(monkeypatch, reg, [(100, 0), (200, 1), (400, 2)])
     assert sorted(reg.clients) == [0, 1]
-    assert "its key is bound to no client id" in reg.drain_register_failures()[0].reason
+    assert "its key is bound to no client id" in reg.drain_failures()[0].reason
     nb.write(table, [nb.Binding(100, 0, KEY + "A"), nb.Binding(400, 1, KEY + "D")])
     os.utime(table, ns=(time.time_ns() + 10**9, time.time_ns() + 10**9))
     _register(monkeypatch, reg, [(100, 0), (200, 1), (400, 1)], rnd=2)
@@ -299,7 +291,7 @@ def test_a_node_gets_only_the_client_id_its_key_owns_whoever_comes_first(tmp_pat
     # an unreadable table stops the run instead of silently falling back to first-come identities
     monkeypatch.setenv(nb.ENV, str(tmp_path / "gone.json"))
     with pytest.raises(ValueError, match="cannot read the node bindings"):
-        _register(monkeypatch, _Registry(), [(100, 0)])
+        _register(monkeypatch, _registry(), [(100, 0)])
 
 
 # ============================================================================ slow: the hostile fleet

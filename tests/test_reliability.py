@@ -147,7 +147,7 @@ def test_federated_eval_sample_is_stable_as_clients_join_and_depends_on_the_seed
         s = FLStrategy(RunConfig.from_dict(resolve_run_config({"seed": seed, "federated-eval-clients": m})))
         for c in range(n):
             s.clients[c] = ClientInfo(c, 1000 + c, 10, [1] * 10)
-        return s.federated_eval_cids()
+        return s.registry.eval_cids()
 
     assert pick(0, 50, 0) == list(range(50)) and pick(0, 5, 10) == list(range(5))  # 0 or M >= N: everyone
     small, grown = pick(0, 50, 10), pick(0, 60, 10)

@@ -67,7 +67,7 @@ def test_an_honest_heavy_client_passes_and_a_scaled_update_does_not(tmp_path, br
 
     def screen(ups):
         norms = {u.cid: check_update(u.params, ref, 1e9)[1] for u in ups} if bracketed else None
-        kept, rejected = strategy._screen_norms(1, ups, ref, [], "train", norms)
+        kept, rejected = strategy.checks.screen(1, ups, ref, [], "train", norms)
         return [u.cid for u in kept], {f.cid: f.reason for f in rejected}
 
     honest = [_update(0, 1.0, 64), _update(1, 1.0, 96), _update(2, 1.1, 96), _update(3, 0.9, 128),
@@ -94,8 +94,8 @@ def test_the_bracket_and_the_exact_norms_decide_alike_with_scales(tmp_path):
     for top, kept in ((8.0, [0, 1, 2, 3]), (np.nextafter(np.float32(8.0), np.float32(9.0)), [0, 1, 2])):
         ups = [_update(0, 1.0, 32), _update(1, 1.0, 32), _update(2, 1.0, 32), _update(3, top, 128)]
         norms = {u.cid: check_update(u.params, ref, 1e9)[1] for u in ups}
-        got, rejected = strategy._screen_norms(1, ups, ref, [], "train", norms)
-        want, want_rejected = strategy._screen_norms(1, ups, ref, [], "train")
+        got, rejected = strategy.checks.screen(1, ups, ref, [], "train", norms)
+        want, want_rejected = strategy.checks.screen(1, ups, ref, [], "train")
         assert [u.cid for u in got] == [u.cid for u in want] == kept
         assert [f.as_dict() for f in rejected] == [f.as_dict() for f in want_rejected]
 

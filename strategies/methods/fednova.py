@@ -18,9 +18,9 @@ from typing import Any, Mapping, Sequence
 import numpy as np
 
 from flcore.config import RunConfig
-from strategies.aggregation import a_norm, deltas
+from strategies.aggregation import a_norm, average_non_float, deltas, is_float
 from strategies.base import ClientUpdate, FLStrategy
-from strategies.update_checks import average_non_float, is_float, metric_problem, reject_updates
+from strategies.update_checks import metric_problem, reject_updates
 
 Arrays = Mapping[str, np.ndarray]
 

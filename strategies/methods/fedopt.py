@@ -21,9 +21,8 @@ import numpy as np
 
 from flcore.config import RunConfig
 from flcore.methods.fedopt import FedOptConfig
-from strategies.aggregation import deltas
+from strategies.aggregation import average_non_float, deltas, is_float
 from strategies.base import ClientUpdate, FLStrategy
-from strategies.update_checks import average_non_float, is_float
 
 Arrays = Mapping[str, np.ndarray]
 

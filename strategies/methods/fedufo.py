@@ -226,7 +226,7 @@ class FedUFOStrategy(FLStrategy):
             priors, rejected = self.collect_updates(server_round, res.replies, params, phase="train.prior")
             failures += res.failures + rejected
             sent, received = sent + res.bytes_sent, received + res.bytes_received
-            self._forget_lost(res)
+            self.registry.forget_lost(res)
             updates: list[ClientUpdate] = []
             self._info.update({k: v for k, v in mean_method_metrics(priors).items()
                                if k == f"mean-{GLOBAL_TRAIN_ACCURACY}"})
@@ -247,7 +247,7 @@ class FedUFOStrategy(FLStrategy):
                 sent, received = sent + res.bytes_sent, received + res.bytes_received
                 self._info.update({"fedufo-relay": 1, "fedufo-group-size": len(members),
                                    "fedufo-posterior-bytes-sent": res.bytes_sent})
-                self._forget_lost(res)
+                self.registry.forget_lost(res)
             need = min(self.cfg.min_train_replies, len(sampled))
             if updates and len(updates) >= need:
                 self._info["fedufo-priors"] = len(priors)

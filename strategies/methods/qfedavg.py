@@ -24,9 +24,9 @@ import numpy as np
 
 from flcore.config import RunConfig
 from flcore.methods.qfedavg import LOSS_KEY, QFedAvgConfig
-from strategies.aggregation import deltas
+from strategies.aggregation import average_non_float, deltas, is_float
 from strategies.base import ClientUpdate, FLStrategy
-from strategies.update_checks import average_non_float, is_float, metric_problem, reject_updates
+from strategies.update_checks import metric_problem, reject_updates
 
 Arrays = Mapping[str, np.ndarray]
 EPS = 1e-10

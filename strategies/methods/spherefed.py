@@ -87,7 +87,7 @@ class SphereFedStrategy(FLStrategy):
                  for cid, info in sorted(self.clients.items())}
         res = exchange(grid, sends, CALIBRATE_ACTION, self.cfg.round_timeout, server_round,
                        poll=self.cfg.reply_poll_interval)
-        self._forget_lost(res)
+        self.registry.forget_lost(res)
         cids = sorted(res.replies)
         v, u, problems = sum_reports([res.replies[c].content.get(CALIBRATION_RECORD) for c in cids],
                                      (w.shape[0], w.shape[0]), w.shape)
