@@ -105,6 +105,7 @@ def test_a_strategy_binds_its_own_ledger_when_the_run_begins():
     s = FLStrategy(config())
     params = OrderedDict(w=np.zeros(2, np.float32))
     assert s.ledger is None and CLIENT_STATE not in s.train_content(1, 0, params)   # Flower's start(): none
+    assert set(s.state_dict()) == {"rng", "client_accuracy"}        # the checkpoint layout of the old base
     s.begin_run()
     first = s.ledger
     assert isinstance(s.train_content(1, 0, params)[CLIENT_STATE], ConfigRecord)
