@@ -1,0 +1,132 @@
+"""The common run-config keys (run, data, model, local training, sampling/evaluation/failures): the flat section
+of the run config, declared once with default, bounds and doc (flcore/schema.py). flcore/config.py assembles it with
+every method's section into :class:`flcore.config.RunConfig`."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from flcore.presets import get_preset
+from flcore.schema import ConfigError, Section, param
+
+DATASETS = ("mnist", "fmnist", "emnist-letters", "cifar10", "cifar100", "mnist-5k", "digits",
+            "synthetic", "rotated-mnist")
+PARTITIONS = ("iid", "dirichlet", "shards", "classes", "power-law", "natural")
+MODELS = ("auto", "logistic", "mlp", "convnet", "vgg11", "resnet18")
+HEADS = ("linear", "etf")
+DEVICES = ("auto", "cpu", "cuda")
+ENGINES = ("inprocess", "ray")
+
+
+@dataclass(frozen=True)
+class CommonConfig(Section):
+    """The common keys: run, data, model, local training, sampling/evaluation/failures."""
+
+    # --- run
+    method: str = param("fedavg", "the FL method (`noniid-fl methods` lists them)")
+    preset: str = param("", "a paper's setting, '<paper>-<setting>' (`noniid-fl methods` lists them): sets "
+                            "every value the paper states; the keys you set win (under `flwr run`: keys you set "
+                            "to non-default values)")
+    preset_applied: bool = param(False, "set by the library once the preset's values are in the run config (a "
+                                        "client does not apply it again); not for users")
+    seed: int = param(0, "seed of data split, partitions, sampling and model init", ge=0)
+    num_server_rounds: int = param(10, "federated rounds", ge=1)
+    out_dir: str = param("", "where results.json, metrics.csv, models and checkpoints go; '' = "
+                             "runs/<method>-<timestamp> (runs/latest links the newest; a resumed run continues "
+                             "in its resume-from directory)")
+    overwrite: bool = param(False, "replace the run files in an existing non-empty out-dir (else the run is "
+                                   "refused); `noniid-fl run --overwrite`")
+    resume_from: str = param("", "continue the run whose out-dir holds this checkpoint ('' = start fresh)")
+    checkpoint: bool = param(True, "write checkpoint.pt after every round")
+    tensorboard: bool = param(False, "also write every per-round scalar of results.json as TensorBoard event "
+                                     "files under <out-dir>/tensorboard (needs the extra: pip install "
+                                     "'noniid-fl[tensorboard]')")
+    client_state_dir: str = param("", "persist client state (SCAFFOLD c_i, MOON previous model) under this "
+                                      "directory ('' = in the node's memory only)")
+    device: str = param("auto", "torch device; auto = CUDA when available", choices=DEVICES)
+    engine: str = param("inprocess", "engine of `noniid-fl run` and the experiments runner on one box: "
+                                     "inprocess (Flower Grid in this process) or ray; `flwr run` always uses "
+                                     "Flower's", choices=ENGINES)
+    engine_workers: int = param(1, "worker processes of the in-process engine", ge=1)
+    # --- data
+    dataset: str = param("mnist-5k", "dataset (offline: mnist-5k, digits, synthetic, rotated-mnist; "
+                                     "hf:<name>[?image=<column>&label=<column>]: a Hugging Face image-classification "
+                                     "dataset through flwr-datasets)", choices=DATASETS + ("hf:*",))
+    data_root: str = param("data", "directory of the torchvision datasets")
+    download: bool = param(False, "let torchvision download missing datasets")
+    partition: str = param("dirichlet", "how the training pool is split over clients", choices=PARTITIONS)
+    dirichlet_alpha: float = param(0.5, "concentration of the Dirichlet label split", gt=0)
+    shards_per_client: int = param(2, "shards per client (McMahan's shard split)", ge=1)
+    classes_per_client: int = param(2, "classes per client (partition 'classes')", ge=1)
+    samples_per_class: int = param(20, "samples per class and client (partition 'classes')", ge=1)
+    power_law_exponent: float = param(1.5, "exponent of the power-law client sizes", gt=0)
+    min_partition_size: int = param(4, "smallest allowed client partition", ge=0)
+    local_test_fraction: float = param(0.0, "share of each client's data held out as its local test split for "
+                                            "P-FL and federated evaluation (0 = none: every sample trains; "
+                                            "the P-FL papers use 0.25, set by their presets)", ge=0, lt=1)
+    validation_fraction: float = param(0.0, "share of each client's training data held out as its validation "
+                                            "split (tuning selects on it; 0 = none)", ge=0, lt=1)
+    global_test_fraction: float = param(0.2, "share of an offline pool held out as the global test set (G-FL); "
+                                             "synthetic: of each client's data (the union is the test set, as "
+                                             "in FedProx; local-test-fraction, if set, takes its place)",
+                                        gt=0, lt=1)
+    synthetic_alpha: float = param(1.0, "alpha of Synthetic(alpha, beta) (FedProx paper)", ge=0)
+    synthetic_beta: float = param(1.0, "beta of Synthetic(alpha, beta)", ge=0)
+    rotation_step_deg: float = param(15.0, "rotation between consecutive clients (rotated-mnist)")
+    # --- model
+    model: str = param("auto", "backbone; auto picks per dataset", choices=MODELS)
+    head: str = param("linear", "classifier head: linear or a fixed simplex ETF (composes with any method)",
+                      choices=HEADS)
+    etf_scale: float = param(1.0, "scale beta of the fixed ETF classifier", gt=0)
+    # --- local training
+    local_epochs: int = param(1, "local epochs E", ge=1)
+    batch_size: int = param(32, "local minibatch size B", ge=1)
+    lr: float = param(0.03, "local SGD learning rate (chosen by the tuning protocol on validation data: "
+                            "results/default-fedavg/tuning.json)", gt=0)
+    momentum: float = param(0.9, "local SGD momentum (0.9: the optimizer of FedUFO, FedETF and most non-IID "
+                                 "FL papers)", ge=0, lt=1)
+    weight_decay: float = param(5e-4, "local SGD weight decay (5e-4: FedETF's; FedUFO uses 2e-4, see its "
+                                      "presets)", ge=0)
+    max_local_steps: int = param(0, "cap on local steps per round (0 = none)", ge=0)
+    # --- sampling, evaluation, failures
+    fraction_train: float = param(1.0, "share of clients sampled per round", gt=0, le=1)
+    min_train_nodes: int = param(2, "clients that must be registered before a round starts", ge=0)
+    min_train_replies: int = param(1, "usable updates a round needs (else retried, then failed)", ge=1)
+    round_timeout: float = param(600.0, "seconds a round waits for replies", gt=0)
+    reply_poll_interval: float = param(0.1, "longest pause between reply polls (s)", gt=0)
+    round_retries: int = param(1, "new samples tried when a round gets too few updates", ge=0)
+    max_update_norm: float = param(1000.0, "updates with a larger norm ||theta_k - theta|| are rejected", gt=0)
+    update_norm_factor: float = param(10.0, "with 3 or more updates in a round, an update whose norm exceeds "
+                                            "this multiple of the round's median update norm is rejected "
+                                            "(0 = off); see update-norm-scale", ge=0)
+    update_norm_scale: str = param("local-steps", "the update-norm-factor limit of a client whose registered "
+                                                  "samples allow more local steps than the round's median "
+                                                  "client grows with ||a||_1 of those steps (FedNova's, with "
+                                                  "momentum): honest heavy clients pass; 'none': one limit for "
+                                                  "all (before issue 31)", choices=("local-steps", "none"))
+    federated_eval_every: int = param(0, "evaluate the global model on the clients' local test splits every N "
+                                         "rounds and after the last one (0 = never; needs local-test-fraction "
+                                         "> 0)", ge=0)
+    test_evaluation: bool = param(True, "evaluate the global model on the global test set every round (tuning "
+                                        "runs turn it off: they select on validation data only)")
+    federated_eval_clients: int = param(0, "evaluate on a fixed seeded sample of M clients (0 = all)", ge=0)
+    target_accuracy: float = param(0.8, "accuracy for the rounds-to-target metric", ge=0, le=1)
+
+    def check(self) -> None:
+        from flcore.registry import methods
+
+        table = methods()
+        if self.method not in table:
+            raise ConfigError(f"run-config key 'method' got {self.method!r}; allowed: one of {', '.join(table)}")
+        if self.dataset == "synthetic" and self.partition not in ("natural", "power-law"):
+            raise ConfigError(
+                "dataset 'synthetic' is generated per client (Synthetic(alpha, beta) with power-law "
+                f"sizes): run-config key 'partition' must be 'natural' or 'power-law', got '{self.partition}'")
+        if self.preset:
+            get_preset(self.preset)
+        if self.federated_eval_every and self.local_test_fraction == 0 and self.dataset != "synthetic":
+            raise ConfigError("run-config key 'federated-eval-every' > 0 evaluates the global model on each "
+                              "client's local test split, but 'local-test-fraction' is 0 (no split): set "
+                              "local-test-fraction (e.g. 0.25) or federated-eval-every = 0")
+        if self.partition == "natural" and self.dataset != "synthetic":
+            raise ConfigError(f"partition 'natural' exists only for dataset 'synthetic', not '{self.dataset}'")
