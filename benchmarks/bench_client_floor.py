@@ -17,7 +17,6 @@ import json
 import os
 import tempfile
 import time
-from pathlib import Path
 
 os.environ.setdefault("OMP_NUM_THREADS", "1")
 
@@ -29,18 +28,17 @@ VARIANTS = {"real ClientApp": "client_app.app:app", "minimal ClientApp": "benchm
 def engine_round_cpu(cfg: dict, clients: int, client_app: str) -> tuple[float, list[float]]:
     """CPU per round (rounds 2 .. R-1) and the global accuracy of every round of one in-process run."""
     import server_app.runner as runner
-    from engines.local import resolve_out_dir, run_inprocess
-    from flcore.config import resolve_run_config
+    from engines.local import parse_run_config, run_inprocess
 
     ends: list[float] = []
     say = runner._say
     runner._say = lambda text: ends.append(time.process_time()) if text.startswith("[round ") else None
     try:
-        values = resolve_out_dir(resolve_run_config(cfg))
-        run_inprocess(values, clients, client_app=client_app)
+        run_cfg = parse_run_config(cfg).with_out_dir()
+        run_inprocess(run_cfg, clients, client_app=client_app)
     finally:
         runner._say = say
-    doc = json.loads((Path(values["out-dir"]) / "results.json").read_text())
+    doc = json.loads((run_cfg.out_path / "results.json").read_text())
     return (ends[-2] - ends[0]) / (len(ends) - 2), [r["global_accuracy"] for r in doc["rounds"]]
 
 

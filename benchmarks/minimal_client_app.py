@@ -34,7 +34,7 @@ def train(msg: Message, context: Context) -> Message:
     cfg = real._config(msg, context)
     cid, data = real.load_client_data(cfg, context.node_config, torch.device("cpu"))
     shape, classes = tuple(data.x_train.shape[1:]), data.num_classes
-    key = (real._cfg_items(cfg), shape, classes)  # every run-config value: another model config builds anew
+    key = (cfg, shape, classes)  # every run-config value: another model config builds anew
     model = _MODELS.get(key)
     if model is None:
         model = _MODELS[key] = build_model(cfg, shape, classes)

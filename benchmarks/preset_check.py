@@ -62,10 +62,9 @@ def check(name: str, variant: dict[str, Any], rounds: int, steps: int) -> dict[s
         per_round.append({"round": row["round"], "global_accuracy": row.get("global_accuracy"),
                           "local_accuracy": row.get("local_accuracy"), "updates": row["num_updates"],
                           "sampled": row["num_sampled"], "rejected": kinds})
-    used = cfg.to_dict()
     return {"preset": name, "variant": variant, "clients": preset.num_supernodes,
             "budget": {"num-server-rounds": rounds, "max-local-steps": steps},
-            "values": {k: used[k] for k in ("method", "lr", "momentum", "weight-decay", "batch-size", "local-epochs",
+            "values": {k: cfg.value(k) for k in ("method", "lr", "momentum", "weight-decay", "batch-size", "local-epochs",
                                             "model", "dataset", "dirichlet-alpha")},
             "rounds": per_round, "cpu_s": round(cpu, 1), "load_at_start": round(load, 2)}
 

@@ -115,9 +115,9 @@ def record(overrides: dict[str, Any], nodes: int) -> dict[str, Any]:
         cpu = time.process_time() - t0
     failures = [f for r in doc["rounds"] for f in r.get("failures", [])]
     final = doc["rounds"][-1].get("global_accuracy")
-    return {"config": {k: cfg.to_dict()[k] for k in sorted(overrides)}, "nodes": nodes, "updates": seen,
+    return {"config": {k: cfg.value(k) for k in sorted(overrides)}, "nodes": nodes, "updates": seen,
             "other_failures": [f"{f['cid']}: {f['reason']}" for f in failures], "final_accuracy": final,
-            "cpu_s": round(cpu, 1), "run": {k: cfg.to_dict()[k] for k in
+            "cpu_s": round(cpu, 1), "run": {k: cfg.value(k) for k in
                                              ("local-epochs", "batch-size", "max-local-steps", "momentum")}}
 
 

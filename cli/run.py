@@ -77,7 +77,7 @@ def cmd_run(args: argparse.Namespace) -> int:
     try:
         from experiments.simulate import simulate
 
-        doc = simulate(cfg.to_dict(), num_supernodes=args.nodes, quiet=not args.verbose)
+        doc = simulate(cfg, num_supernodes=args.nodes, quiet=not args.verbose)
     except KeyboardInterrupt as exc:  # Ctrl-C; on the Ray engine also SIGTERM (engines.ray_session.RunStopped)
         signum = getattr(exc, "signum", None)
         print(f"noniid-fl: {exc if signum else 'interrupted'}; the rounds finished so far are in {out}", flush=True)

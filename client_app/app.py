@@ -73,57 +73,28 @@ def pick_device(cfg: RunConfig) -> torch.device:
     return torch.device(cfg.device)
 
 
-class _HashedItems:
-    """Every (key, value) of a run config as a hashable cache key whose hash is computed once: the config has
-    over a hundred keys, and hashing them for every message's cache lookups cost ~3 us each time."""
-
-    __slots__ = ("items", "_hash")
-
-    def __init__(self, items: tuple) -> None:
-        self.items, self._hash = items, hash(items)
-
-    def __hash__(self) -> int:
-        return self._hash
-
-    def __eq__(self, other: object) -> bool:
-        return self is other or (isinstance(other, _HashedItems) and self._hash == other._hash
-                                 and self.items == other.items)
-
-
 @functools.lru_cache(maxsize=64)
-def _cached_arrays(cid: int, num_partitions: int, data_path: str, cfg_items: _HashedItems) -> ClientArrays:
-    """A node's arrays, built once per run config: the cache keys on every run-config value (no hand-kept list
-    of the keys that shape the data, which a new data option or method would have to join)."""
-    cfg = RunConfig.from_dict(dict(cfg_items.items))
+def _cached_arrays(cid: int, num_partitions: int, data_path: str, cfg: RunConfig) -> ClientArrays:
+    """A node's arrays, built once per run config: the cache keys on the config itself, i.e. on every run-config
+    value, common and sectioned (RunConfig's equality and once-computed hash; no hand-kept list of the keys that
+    shape the data, which a new data option or method would have to join)."""
     if data_path:
         return node_arrays(data_path, cfg.local_test_fraction, cfg.seed + cid)
     return client_arrays(cfg, cid, num_partitions)
 
 
 @functools.lru_cache(maxsize=64)
-def _cached_data(cid: int, num_partitions: int, data_path: str, cfg_items: _HashedItems,
-                 device: torch.device) -> ClientData:
+def _cached_data(cid: int, num_partitions: int, data_path: str, cfg: RunConfig, device: torch.device) -> ClientData:
     """A node's data as tensors on ``device`` (views of the cached arrays on the CPU), built once per config."""
-    arr = _cached_arrays(cid, num_partitions, data_path, cfg_items)
+    arr = _cached_arrays(cid, num_partitions, data_path, cfg)
     t = functools.partial(torch.as_tensor, device=device)
     return ClientData(t(arr.x_train), t(arr.y_train), t(arr.x_test), t(arr.y_test), arr.num_classes)
-
-
-def _cfg_items(cfg: RunConfig) -> _HashedItems:
-    """Every key's value of ``cfg`` as a cache key, memoized for the last config object seen."""
-    global _CFG_ITEMS
-    if _CFG_ITEMS is None or _CFG_ITEMS[0] is not cfg:
-        _CFG_ITEMS = (cfg, _HashedItems(tuple(sorted(cfg.to_dict().items()))))
-    return _CFG_ITEMS[1]
-
-
-_CFG_ITEMS: tuple[RunConfig, _HashedItems] | None = None
 
 
 def load_client_data(cfg: RunConfig, node_config: dict, device: torch.device) -> tuple[int, ClientData]:
     cid, num_partitions, data_path = node_identity(node_config)
     try:
-        data = _cached_data(cid, num_partitions, data_path, _cfg_items(cfg), device)
+        data = _cached_data(cid, num_partitions, data_path, cfg, device)
     except Exception as exc:
         raise ClientSetupError(f"client {cid}: cannot load its data ({cfg.dataset}): {exc}") from exc
     return cid, data
@@ -172,7 +143,7 @@ def _generator(cfg: RunConfig, server_round: int, cid: int, phase: str) -> torch
 def _model(cfg: RunConfig, data: ClientData, device: torch.device, params: dict) -> torch.nn.Module:
     """The run's model with the received weights (reused from POOL when provably as good as new)."""
     in_shape = tuple(data.x_train.shape[1:])
-    key = (_cfg_items(cfg), in_shape, data.num_classes, str(device))
+    key = (cfg, in_shape, data.num_classes, str(device))  # every run-config value: another config builds anew
     model = POOL.get(key, lambda: build_model(cfg, in_shape, data.num_classes).to(device), cfg.seed)
     POOL.load(model, params)  # = model.load_state_dict(params as tensors, strict=True)
     return model

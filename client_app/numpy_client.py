@@ -41,8 +41,8 @@ Config = dict[str, bool | bytes | float | int | str]
 
 
 @functools.lru_cache(maxsize=8)
-def _initial(items: tuple) -> dict[str, np.ndarray]:
-    cfg = RunConfig.from_dict(dict(items))
+def _initial(cfg: RunConfig) -> dict[str, np.ndarray]:
+    """The seeded initial model's state, once per run config (the config is the key: every value)."""
     shape, classes = dataset_shape(cfg.dataset)
     return dict(model_params(build_model(cfg, shape, classes)))
 
@@ -69,7 +69,7 @@ class MethodNumPyClient(NumPyClient):
 
     def _named(self, cfg: RunConfig, arrays: list[np.ndarray]) -> dict[str, np.ndarray]:
         """The received list, named in the model's state-dict order (the order get_parameters/fit return)."""
-        names = list(_initial(tuple(sorted(cfg.to_dict().items()))))
+        names = list(_initial(cfg))
         if len(arrays) != len(names):
             raise ClientSetupError(f"received {len(arrays)} arrays, the {cfg.method} model "
                                    f"({cfg.model}, {cfg.dataset}) has {len(names)} state-dict entries")
@@ -84,7 +84,7 @@ class MethodNumPyClient(NumPyClient):
     def get_parameters(self, config: Config) -> list[np.ndarray]:
         """The seeded initial model (the same on every node and on the server)."""
         cfg = self._setup(config)[0]
-        return list(_initial(tuple(sorted(cfg.to_dict().items()))).values())
+        return list(_initial(cfg).values())
 
     def fit(self, parameters: list[np.ndarray], config: Config) -> tuple[list[np.ndarray], int, Config]:
         cfg, per_client = self._setup(config)

@@ -27,22 +27,30 @@ from flwr.supercore.task_identity import TaskIdentity
 
 from engines.grid import DEFAULT_CLIENT_APP, SERVER_NODE_ID, InProcessGrid, load_client_app
 from flcore.config import ENGINES, ConfigError, RunConfig, resolve_run_config
-from server_app.outputs import resolve_out_dir
 
 DEFAULT_SERVER_APP = "server_app.app:app"
 
 
-def resolve_engine(values: dict[str, Any], engine: str | None, workers: int | None) -> tuple[str, int]:
-    """The engine and worker count to use (arguments override the run config) written back into
-    ``values``, so results.json records what ran."""
-    engine = values["engine"] if engine is None else engine
-    workers = values["engine-workers"] if workers is None else workers
+def parse_run_config(run_config: RunConfig | Mapping[str, Any]) -> RunConfig:
+    """The parsed run config of an entry point: ``run_config`` itself when parsed already, else the declared
+    defaults updated with these keys (unknown keys are an error naming the closest one), parsed once."""
+    if isinstance(run_config, RunConfig):
+        return run_config
+    return RunConfig.from_dict(resolve_run_config(run_config))
+
+
+def resolve_engine(cfg: RunConfig, engine: str | None, workers: int | None) -> RunConfig:
+    """``cfg`` with the engine and worker count to use (arguments override the run config), so results.json
+    records what ran."""
+    engine = cfg.engine if engine is None else engine
+    workers = cfg.engine_workers if workers is None else workers
     if engine not in ENGINES:
         raise ConfigError(f"engine must be one of {', '.join(ENGINES)}, got {engine!r}")
     if isinstance(workers, bool) or not isinstance(workers, int) or workers < 1:
         raise ConfigError(f"engine-workers must be an integer >= 1, got {workers!r}")
-    values["engine"], values["engine-workers"] = engine, workers
-    return engine, workers
+    if (engine, workers) == (cfg.engine, cfg.engine_workers):
+        return cfg
+    return cfg.replace(engine=engine, engine_workers=workers)
 
 
 def make_grid(num_nodes: int, workers: int, run_config: Mapping[str, Any],
@@ -66,9 +74,12 @@ def server_identity(run_id: int) -> Iterator[None]:
         TaskIdentity._run_id, TaskIdentity._task_id, TaskIdentity._node_id = saved
 
 
-def run_inprocess(values: Mapping[str, Any], num_nodes: int, workers: int = 1, client_app: str = DEFAULT_CLIENT_APP,
-                  server_app: str = DEFAULT_SERVER_APP) -> None:
-    """Call the ServerApp with a Context holding ``values`` (the complete run config) and an in-process grid."""
+def run_inprocess(values: RunConfig | Mapping[str, Any], num_nodes: int, workers: int = 1,
+                  client_app: str = DEFAULT_CLIENT_APP, server_app: str = DEFAULT_SERVER_APP) -> None:
+    """Call the ServerApp with a Context holding the run config (a parsed one, or its complete flat ``values``)
+    and an in-process grid."""
+    if isinstance(values, RunConfig):
+        values = values.to_dict()  # Flower's run config (the Context's, the nodes'): flat, as `flwr run` sends it
     app = load_client_app(server_app)
     grid = make_grid(num_nodes, workers, values, client_app)
     try:
@@ -102,18 +113,18 @@ def frozen_heap() -> Iterator[None]:
         gc.unfreeze()
 
 
-def run_local(run_config: Mapping[str, Any], num_nodes: int, engine: str | None = None, workers: int | None = None,
-              **ray_options: Any) -> dict[str, Any]:
+def run_local(run_config: RunConfig | Mapping[str, Any], num_nodes: int, engine: str | None = None,
+              workers: int | None = None, **ray_options: Any) -> dict[str, Any]:
     """Run a federation of ``num_nodes`` clients on this machine; return the results.json document.
 
-    ``run_config``: run-config keys (all of them, or overrides of pyproject.toml's defaults; unknown keys
-    are an error). ``engine`` / ``workers`` default to the run config's ``engine`` / ``engine-workers``.
+    ``run_config``: a parsed :class:`RunConfig`, or run-config keys (all of them, or overrides of the declared
+    defaults; unknown keys are an error), parsed here once. ``engine`` / ``workers`` default to the run config's ``engine`` / ``engine-workers``.
     ``ray_options`` (engine 'ray' only): ``cpus_per_client``, ``gpus_per_client``, ``total_cpus``,
     ``quiet``, ``ray_address`` of :func:`engines.ray.run_ray`.
     """
-    values = resolve_out_dir(resolve_run_config(run_config))  # out-dir '' -> runs/<method>-<time>, read below
-    engine, workers = resolve_engine(values, engine, workers)
-    cfg = RunConfig.from_dict(values)  # every key checked before anything starts
+    cfg = resolve_engine(parse_run_config(run_config), engine, workers)  # every key checked before anything starts
+    cfg = cfg.with_out_dir()  # out-dir '' -> runs/<method>-<time>: the ServerApp and this function read the same
+    engine, workers = cfg.engine, cfg.engine_workers
     started = time.time()
     if isinstance(num_nodes, bool) or not isinstance(num_nodes, int) or num_nodes < 1:
         raise ConfigError(f"the number of nodes must be an integer >= 1, got {num_nodes!r}")
@@ -121,12 +132,12 @@ def run_local(run_config: Mapping[str, Any], num_nodes: int, engine: str | None 
         from engines.ray import run_ray
 
         with frozen_heap():  # (the ServerApp runs in a thread of this process)
-            run_ray(values, num_nodes, **ray_options)
+            run_ray(cfg, num_nodes, **ray_options)
     else:
         if ray_options:
             raise ConfigError(f"options {sorted(ray_options)} apply to engine 'ray' only, not '{engine}'")
-        run_inprocess(values, num_nodes, workers)
-    path = Path(cfg.out_dir).expanduser().resolve() / "results.json"
+        run_inprocess(cfg, num_nodes, workers)
+    path = cfg.out_path / "results.json"
     if not path.exists() or path.stat().st_mtime < started - 1.0:
         raise RuntimeError(f"the run ended without writing {path}; see the log above for the error")
     return json.loads(path.read_text())

@@ -92,10 +92,11 @@ def start_ray(init_args: Mapping[str, Any]) -> None:
     ray.init(runtime_env={"env_vars": {"PYTHONPATH": pythonpath}}, **init_args)
 
 
-def run_ray(values: Mapping[str, Any], num_nodes: int, cpus_per_client: float = 1.0, gpus_per_client: float = 0.0,
+def run_ray(values: RunConfig | Mapping[str, Any], num_nodes: int, cpus_per_client: float = 1.0, gpus_per_client: float = 0.0,
             total_cpus: int | None = None, quiet: bool = True, ray_address: str | None = None,
             client_app: str | ClientApp | None = None) -> None:
-    """Run the federation described by the complete run config ``values`` on Ray; results go to out-dir.
+    """Run the federation described by the run config (parsed, or its complete flat ``values``) on Ray; results go
+    to out-dir.
 
     By default Ray starts on this machine with ``total_cpus`` CPUs (all of them), in a :class:`RaySession`
     (its processes stopped at the end, leftovers of killed runs reported first). With ``ray_address``
@@ -112,7 +113,10 @@ def run_ray(values: Mapping[str, Any], num_nodes: int, cpus_per_client: float = 
     if ray_address is not None and total_cpus is not None:
         raise ValueError("total_cpus cannot be combined with ray_address (an existing Ray cluster has its own "
                          "CPU count); leave total_cpus out")
-    RunConfig.from_dict(dict(values))  # fail on bad config before Ray starts
+    if isinstance(values, RunConfig):
+        values = values.to_dict()  # Flower's run config (the ServerApp's Context): flat, as `flwr run` sends it
+    else:
+        RunConfig.from_dict(dict(values))  # fail on bad config before Ray starts
     app = load_client_app(client_app if client_app is not None else DEFAULT_CLIENT_APP)
     session = RaySession(str(values.get("out-dir", ""))) if ray_address is None else None
     signals = StopSignals(on_timeout=session.terminate if session else lambda: None)

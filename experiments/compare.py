@@ -24,6 +24,7 @@ import numpy as np
 from experiments.legacy import current_run_config
 from flcore.config import ConfigError, defaults
 from flcore.stack import ROOT, describe
+from server_app.results import recorded_target
 
 # keys that name where or how a run ran, not what it computed: runs differing only in these (and the seed)
 # are seeds of one configuration
@@ -280,7 +281,7 @@ def run_summary(run: Run, target: float | None = None) -> dict[str, Any]:
     """From the run's rounds: final and best G-FL accuracy, rounds to the target (the run's target-accuracy
     unless ``target``), mean seconds per round, rounds done."""
     acc = column_values(run, "global_accuracy")
-    tgt = float(run.run_config["target-accuracy"] if target is None else target)
+    tgt = recorded_target(run.run_config) if target is None else float(target)
     last = max(acc) if acc else None
     times = [float(r["wall_time_s"]) for r in run.rounds if r.get("wall_time_s") is not None]
     return {"final": acc[last] if acc else None, "best": max(acc.values()) if acc else None,

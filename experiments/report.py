@@ -20,7 +20,7 @@ from experiments.claims import CLAIMS, ledger_for
 from experiments.legacy import current_run_config
 from flcore.config import PROJECT_ROOT
 from flcore.stack import describe
-from server_app.results import summarize
+from server_app.results import recorded_target, summarize
 
 RESULTS_ROOT = PROJECT_ROOT / "results"
 DOC = PROJECT_ROOT / "docs" / "RESULTS.md"
@@ -77,13 +77,14 @@ def at_round(runs: dict[str, list[dict[str, Any]]], n: int) -> tuple[dict[str, l
     short: list[str] = []
     for label, docs in runs.items():
         kept = [{**d, "rounds": d["rounds"][:n],
-                 "final": summarize(d["rounds"][:n], d["run_config"], d["final"].get("num_clients", 0))}
+                 "final": summarize(d["rounds"][:n], recorded_target(d["run_config"]),
+                                    d["final"].get("num_clients", 0))}
                 for d in docs if len(d["rounds"]) >= n]
         if kept:
             cut[label] = kept
         for d in docs:
             if len(d["rounds"]) < n:
-                secs = summarize(d["rounds"], d["run_config"]).get("mean_round_time_s")
+                secs = summarize(d["rounds"], recorded_target(d["run_config"])).get("mean_round_time_s")
                 short.append(f"{label} (seed {d['run_config'].get('seed')}): {len(d['rounds'])} round(s)"
                              + (f", {secs:.0f} s/round" if secs is not None else ""))
     return cut, short

@@ -147,7 +147,7 @@ def main(argv: list[str] | None = None) -> int:
     out_root.mkdir(parents=True, exist_ok=True)
     shutil.copyfile(args.config, out_root / "experiment.toml")
     write_split_marker(out_root, doc)
-    jobs = []  # (label, seed, out-dir, run-config values) of every run still to do, in order
+    jobs = []  # (label, seed, parsed run config) of every run still to do, in order
     for label, over in tuned_runs(doc, out_root, args.only).items():
         if args.only and label not in args.only:
             continue
@@ -156,18 +156,18 @@ def main(argv: list[str] | None = None) -> int:
             # overwrite: this runner decides what to redo (skip finished runs unless --force)
             values = {**doc.get("base", {}), **over, "seed": seed, "out-dir": str(out), "checkpoint": False,
                       "overwrite": True}
-            rounds = int(resolve_run_config(values)["num-server-rounds"])
-            if not args.force and is_complete(out, rounds):
+            cfg = RunConfig.from_dict(resolve_run_config(values))  # parsed once: simulate() runs this object
+            if not args.force and is_complete(out, cfg.num_server_rounds):
                 print(f"[skip] {name}/{label}/seed{seed} (done)")
                 continue
-            jobs.append((label, seed, values))
+            jobs.append((label, seed, cfg))
     failed = []
     t_sweep = time.time()
-    for i, (label, seed, values) in enumerate(jobs):
+    for i, (label, seed, cfg) in enumerate(jobs):
         print(f"{sweep_progress(i, len(jobs), time.time() - t_sweep)} {name}/{label}/seed{seed} ...", flush=True)
         t0 = time.time()
         try:
-            res = simulate(values, num_supernodes=int(exp.get("num-supernodes", 10)),
+            res = simulate(cfg, num_supernodes=int(exp.get("num-supernodes", 10)),
                            cpus_per_client=args.cpus_per_client)
             acc = res["final"].get("global_accuracy")
             print(f"[done] {name}/{label}/seed{seed}: G-FL {'not evaluated' if acc is None else f'{acc:.4f}'} "

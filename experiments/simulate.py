@@ -18,27 +18,28 @@ from __future__ import annotations
 
 from typing import Any, Mapping
 
-from engines.local import resolve_engine, run_local
-from flcore.config import ConfigError, resolve_run_config
+from engines.local import parse_run_config, resolve_engine, run_local
+from flcore.config import ConfigError, RunConfig
 
 
-def simulate(overrides: Mapping[str, Any], num_supernodes: int, cpus_per_client: float = 1.0,
+def simulate(overrides: RunConfig | Mapping[str, Any], num_supernodes: int, cpus_per_client: float = 1.0,
              gpus_per_client: float = 0.0, total_cpus: int | None = None, quiet: bool = True,
              ray_address: str | None = None, engine: str | None = None, workers: int | None = None
              ) -> dict[str, Any]:
     """Run a federation of ``num_supernodes`` clients; return the results.json document.
 
-    ``engine`` / ``workers`` default to the run config's ``engine`` / ``engine-workers``. The other
+    ``overrides``: a parsed :class:`RunConfig` (the command line's), or run-config keys over the declared
+    defaults, parsed here once. ``engine`` / ``workers`` default to the run config's ``engine`` / ``engine-workers``. The other
     arguments are Ray's: each virtual client's actor asks for ``cpus_per_client`` CPUs and
     ``gpus_per_client`` GPUs (a fraction shares a GPU); Ray starts here with ``total_cpus`` CPUs (all of
     them) or, with ``ray_address`` (``host:port`` of a running cluster's head, as printed by
     ``ray start --head``), attaches to that cluster and uses its CPUs/GPUs (then leave ``total_cpus`` out;
     docs/SCALING.md). On the in-process engine they must keep their defaults.
     """
-    values = resolve_run_config(overrides)
-    engine, workers = resolve_engine(values, engine, workers)
+    cfg = resolve_engine(parse_run_config(overrides), engine, workers)
+    engine, workers = cfg.engine, cfg.engine_workers
     if engine == "ray":
-        return run_local(values, num_supernodes, engine, workers, cpus_per_client=cpus_per_client,
+        return run_local(cfg, num_supernodes, engine, workers, cpus_per_client=cpus_per_client,
                          gpus_per_client=gpus_per_client, total_cpus=total_cpus, quiet=quiet,
                          ray_address=ray_address)
     ray_only = {"cpus_per_client": (cpus_per_client, 1.0), "gpus_per_client": (gpus_per_client, 0.0),
@@ -47,4 +48,4 @@ def simulate(overrides: Mapping[str, Any], num_supernodes: int, cpus_per_client:
     if used:
         raise ConfigError(f"simulate(): {', '.join(used)} apply to engine 'ray' only; this run uses engine "
                           f"'{engine}' (pass engine='ray' or set run-config engine='ray')")
-    return run_local(values, num_supernodes, engine, workers)
+    return run_local(cfg, num_supernodes, engine, workers)

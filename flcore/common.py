@@ -113,11 +113,8 @@ class CommonConfig(Section):
     target_accuracy: float = param(0.8, "accuracy for the rounds-to-target metric", ge=0, le=1)
 
     def check(self) -> None:
-        from flcore.registry import methods
-
-        table = methods()
-        if self.method not in table:
-            raise ConfigError(f"run-config key 'method' got {self.method!r}; allowed: one of {', '.join(table)}")
+        """Cross-field constraints of the common keys (whether ``method`` is registered is checked by
+        flcore.config.RunConfig, which reads the registry)."""
         if self.dataset == "synthetic" and self.partition not in ("natural", "power-law"):
             raise ConfigError(
                 "dataset 'synthetic' is generated per client (Synthetic(alpha, beta) with power-law "

@@ -7,18 +7,28 @@ known key (or the new name of a renamed one), every value is checked against the
 field (flcore/schema.py), and each method's section is parsed from the registry's declarations.
 The declarations are the only home of the defaults: pyproject.toml's tables are generated from them
 (``python -m flcore.pyproject``), and a test checks that the two agree.
+
+Parsed once, passed down: each entry point (the ServerApp's main, the ClientApp per run config received, the
+command line, ``simulate``/``run_local``, the experiment runner, the benchmarks) parses the flat values once and
+hands the :class:`RunConfig` on; what is derived from it (the resolved out-dir: :meth:`RunConfig.with_out_dir`;
+the result defaults: the declared ``target-accuracy``) is worked out here, not again downstream.
+:meth:`RunConfig.to_dict` is the flat form for what leaves the process (Flower's run config, the messages'
+"run_config" record, results.json and the checkpoint): tests/test_architecture.py keeps it there.
 """
 
 from __future__ import annotations
 
+import dataclasses
 import difflib
+import functools
 from dataclasses import dataclass, field, fields
 from pathlib import Path
 from typing import Any, Mapping, TypeVar
 
 from flcore.common import DATASETS, DEVICES, ENGINES, HEADS, MODELS, PARTITIONS, CommonConfig
 from flcore.presets import apply_preset
-from flcore.schema import ConfigError, KeySpec, Section, check_bounds, coerce
+from flcore.run_dir import resolve_out_dir
+from flcore.schema import ConfigError, KeySpec, Section, type_name, check_bounds, coerce
 
 __all__ = ["ConfigError", "CommonConfig", "RunConfig", "resolve_run_config", "all_specs", "DATASETS", "PARTITIONS", "MODELS",
            "HEADS", "DEVICES", "ENGINES"]
@@ -48,9 +58,12 @@ def _unknown_key_error(key: str, known: Mapping[str, KeySpec]) -> ConfigError:
     return ConfigError(f"unknown run-config key '{key}'{hint}")
 
 
-@dataclass(frozen=True)
+@dataclass(frozen=True, eq=False)
 class RunConfig(CommonConfig):
-    """The parsed run config: the common keys as attributes, each method section via :meth:`section`."""
+    """The parsed run config: the common keys as attributes, each method section via :meth:`section`.
+
+    Two configs are equal when every key (common and sectioned) has the same value; the hash is computed once
+    per object, so a config is itself the key of the caches that depend on it (a client's data, its models)."""
 
     sections: Mapping[str, Section] = field(default_factory=dict, compare=False, repr=False)
 
@@ -69,9 +82,20 @@ class RunConfig(CommonConfig):
                 raise ConfigError(f"the run config received lacks key(s) {', '.join(missing[:5])}: the sender "
                                   "runs another version of this project")
         common = CommonConfig.parse(values)
+        _check_method(common.method)
         parsed = {c.NAME: c.parse(values) for c in section_classes()[1:]}
         kwargs = {f.name: getattr(common, f.name) for f in fields(CommonConfig)}
-        return cls(**kwargs, sections=parsed)
+        cfg = cls(**kwargs, sections=parsed)
+        cfg._check_run()
+        return cfg
+
+    def _check_run(self) -> None:
+        """The running method's section against the common keys (Section.check_run)."""
+        from flcore.registry import get_method
+
+        own = get_method(self.method).config
+        if own is not None:
+            self.section(own).check_run(self)
 
     def section(self, cls: type[S]) -> S:
         """The parsed section ``cls`` (e.g. ``cfg.section(FedProxConfig).mu``)."""
@@ -83,18 +107,87 @@ class RunConfig(CommonConfig):
             raise TypeError(f"section '{cls.NAME}' is a {type(found).__name__}, not a {cls.__name__}")
         return found
 
+    def value(self, key: str) -> Any:
+        """The parsed value of one flat key (``"lr"``, ``"fedprox.mu"``): for code that names keys as data (a
+        table's columns, a sweep's axes), without flattening the whole config."""
+        name, dot, _ = key.rpartition(".")
+        sec: Any = self.sections.get(name) if dot else self
+        cls = type(sec) if dot else CommonConfig
+        for f in (fields(cls) if sec is not None else ()):
+            if cls.key_of(f.name) == key:
+                return getattr(sec, f.name)
+        raise _unknown_key_error(key, all_specs())
+
     def to_dict(self) -> dict[str, Any]:
-        """Every key (common and sectioned), what results.json records and messages carry."""
+        """Every key (common and sectioned), flat: what leaves the process (Flower's run config, messages,
+        results.json, checkpoints). Not for reading a value back: use the attribute or :meth:`section`."""
         out = {CommonConfig.key_of(f.name): getattr(self, f.name) for f in fields(CommonConfig)}
         for sec in self.sections.values():
             out.update(sec.to_dict())
         return out
 
     def replace(self, **changes: Any) -> "RunConfig":
-        """A copy with common fields changed (validated again)."""
-        values = self.to_dict()
-        values.update({CommonConfig.key_of(k): v for k, v in changes.items()})
-        return RunConfig.from_dict(values)
+        """A copy with common fields changed (``out_dir=...``), each value checked against its declaration and
+        the cross-field constraints checked again; the sections are kept as parsed."""
+        by_name = {f.name: f for f in fields(CommonConfig)}
+        checked = {}
+        for name, value in changes.items():
+            key = CommonConfig.key_of(name)
+            if name not in by_name:
+                raise _unknown_key_error(key, all_specs())
+            typ = type_name(by_name[name])
+            checked[name] = coerce(key, value, typ)
+            check_bounds(key, checked[name], by_name[name].metadata, typ)
+        out = dataclasses.replace(self, **checked)
+        CommonConfig.check(out)
+        _check_method(out.method)
+        out._check_run()
+        return out
+
+    def with_out_dir(self) -> "RunConfig":
+        """This config with ``out-dir`` resolved (flcore/run_dir.py: '' -> runs/<method>-<timestamp>, or the
+        resumed run's directory; absolute). The one place it is worked out: an entry point calls it once and
+        passes the result on; a resolved config comes back as it is."""
+        resolved = str(resolve_out_dir(self.out_dir, self.resume_from, self.method))
+        return self if resolved == self.out_dir else dataclasses.replace(self, out_dir=resolved)
+
+    @property
+    def out_path(self) -> Path:
+        """The resolved out-dir as a path (symbolic links resolved); ConfigError if it was never resolved."""
+        if not self.out_dir:
+            raise ConfigError("run-config key 'out-dir' is '' here: the entry point resolves it once "
+                              "(RunConfig.with_out_dir) and passes the resolved config on")
+        return Path(self.out_dir).expanduser().resolve()
+
+    @functools.cached_property
+    def _values(self) -> tuple:
+        return (tuple(getattr(self, f.name) for f in fields(CommonConfig)), tuple(self.sections.items()))
+
+    @functools.cached_property
+    def _hash(self) -> int:
+        return hash(self._values)
+
+    def __eq__(self, other: object) -> bool:
+        if self is other:
+            return True
+        if not isinstance(other, RunConfig):
+            return NotImplemented
+        return self._hash == other._hash and self._values == other._values
+
+    def __hash__(self) -> int:
+        return self._hash
+
+    def __getstate__(self) -> dict[str, Any]:
+        """Pickled without the memoized hash: str hashes differ between processes (PoolGrid workers, Ray)."""
+        return {k: v for k, v in self.__dict__.items() if k not in ("_values", "_hash")}
+
+
+def _check_method(name: str) -> None:
+    from flcore.registry import methods
+
+    table = methods()
+    if name not in table:
+        raise ConfigError(f"run-config key 'method' got {name!r}; allowed: one of {', '.join(table)}")
 
 
 def defaults() -> dict[str, Any]:

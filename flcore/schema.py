@@ -18,7 +18,7 @@ from __future__ import annotations
 import dataclasses
 import math
 from dataclasses import dataclass, field, fields
-from typing import Any, ClassVar, Mapping, TypeVar
+from typing import Any, ClassVar, Mapping, Protocol, TypeVar
 
 S = TypeVar("S", bound="Section")
 
@@ -48,7 +48,7 @@ class KeySpec:
     old: str | None
 
 
-def _type_name(f: dataclasses.Field) -> str:
+def type_name(f: dataclasses.Field) -> str:
     return f.type if isinstance(f.type, str) else f.type.__name__
 
 
@@ -120,7 +120,7 @@ class Section:
     def specs(cls) -> list[KeySpec]:
         out = []
         for f in fields(cls):
-            typ = _type_name(f)
+            typ = type_name(f)
             out.append(KeySpec(cls.key_of(f.name), typ, f.default, f.metadata.get("doc", ""),
                                _allowed(f.metadata, typ), f.metadata.get("old")))
         return out
@@ -130,7 +130,7 @@ class Section:
         """The section from a flat run-config mapping; absent keys take their declared default."""
         kwargs = {}
         for f in fields(cls):
-            key, typ = cls.key_of(f.name), _type_name(f)
+            key, typ = cls.key_of(f.name), type_name(f)
             value = coerce(key, values[key], typ) if key in values else f.default
             check_bounds(key, value, f.metadata, typ)
             kwargs[f.name] = value
@@ -138,11 +138,32 @@ class Section:
         obj.check()
         return obj
 
+    @classmethod
+    def default_of(cls, key: str) -> Any:
+        """The declared default of this section's ``key`` (e.g. ``CommonConfig.default_of("target-accuracy")``)."""
+        for f in fields(cls):
+            if cls.key_of(f.name) == key:
+                return f.default
+        raise KeyError(f"section '{cls.NAME or 'common'}' declares no key '{key}'")
+
     def check(self) -> None:
         """Cross-field constraints (raise ConfigError naming the keys); bounds are checked by parse()."""
+
+    def check_run(self, common: "Section") -> None:
+        """Constraints between this section and the common keys (``common``: the parsed common section,
+        flcore/common.py), checked once the whole run config is parsed and only when this section's method is
+        the one that runs; raise ConfigError naming the keys. No section parses another: it is handed over."""
 
     def to_dict(self) -> dict[str, Any]:
         return {self.key_of(f.name): getattr(self, f.name) for f in fields(self)}
 
     def replace(self: S, **changes: Any) -> S:
         return dataclasses.replace(self, **changes)
+
+
+class Sectioned(Protocol):
+    """What a declaration's hooks see of the parsed run config (flcore.config.RunConfig): its sections. A
+    declaration module types its hooks with it instead of importing flcore.config, which imports the
+    declarations (through the registry)."""
+
+    def section(self, cls: type[S]) -> S: ...

@@ -1,8 +1,7 @@
-"""Where a run's outputs go: the default out-dir, ``runs/latest`` and ``--overwrite``.
+"""A run's output directory: ``runs/latest`` and ``--overwrite``.
 
-* ``out-dir = ""`` (the default) means ``runs/<method>-<YYYYmmdd-HHMMSS>`` under the working directory (the
-  SuperLink's for ``flwr run``), a fresh directory per run; a resumed run (``resume-from``) with no out-dir
-  continues in the directory it resumes.
+* The out-dir itself is resolved once, when the run config is parsed (``RunConfig.with_out_dir``,
+  flcore/run_dir.py: ``""`` means ``runs/<method>-<YYYYmmdd-HHMMSS>``, or the resumed run's directory).
 * ``runs/latest`` is a symbolic link to the newest run started in ``runs/`` (relative, so the tree can move).
 * An existing non-empty out-dir is refused (server_app/preflight.py) unless ``overwrite = true``
   (``noniid-fl run --overwrite``) or the run resumes from it; overwriting removes only the files a run writes
@@ -15,49 +14,17 @@ No torch or Flower import here: the command line uses this before any engine sta
 from __future__ import annotations
 
 import os
-import time
 from pathlib import Path
-from typing import Any, Mapping
 
-RUNS_DIR = "runs"
+from flcore.run_dir import RUNS_DIR, default_out_dir, resume_dir
+
+__all__ = ["RUNS_DIR", "LATEST", "RUN_FILES", "RUN_LOG", "default_out_dir", "resume_dir", "is_nonempty_dir",
+           "clear_run_files", "link_latest", "prepare_out_dir"]
+
 LATEST = "latest"
 RUN_FILES = ("results.json", "results.tmp", "metrics.csv", "accuracy.png", "final_model.pt", "checkpoint.pt",
              "checkpoint.tmp")
 RUN_LOG = "run.log"  # written by `noniid-fl run` (which truncates it at the start of each run)
-
-
-def default_out_dir(method: str, root: Path | None = None, now: float | None = None) -> Path:
-    """``<root>/runs/<method>-<timestamp>``, with ``-2``, ``-3``, ... if that name is taken."""
-    base = (root or Path.cwd()) / RUNS_DIR
-    stamp = time.strftime("%Y%m%d-%H%M%S", time.localtime(time.time() if now is None else now))
-    path = base / f"{method}-{stamp}"
-    n = 2
-    while path.exists() or path.is_symlink():
-        path = base / f"{method}-{stamp}-{n}"
-        n += 1
-    return path
-
-
-def resume_dir(resume_from: str) -> Path:
-    """The run directory of ``resume-from`` (a directory, or a checkpoint file inside one)."""
-    path = Path(resume_from).expanduser()
-    return path.parent if path.suffix == ".pt" else path
-
-
-def resolve_out_dir(values: Mapping[str, Any]) -> dict[str, Any]:
-    """``values`` with ``out-dir`` filled in when it is "" (see the module docstring), made absolute."""
-    out = dict(values)
-    given, resume = out.get("out-dir", ""), out.get("resume-from", "")
-    if not isinstance(given, str) or not isinstance(resume, str):
-        return out  # the declared type check refuses it, naming the key
-    if given:
-        path = Path(given).expanduser()
-    elif resume:
-        path = resume_dir(resume)
-    else:
-        path = default_out_dir(str(out.get("method", "run")))
-    out["out-dir"] = str(path.absolute())
-    return out
 
 
 def is_nonempty_dir(path: Path) -> bool:

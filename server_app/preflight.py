@@ -27,7 +27,7 @@ from data_partitioning.datasets import (TORCHVISION_FILES, dataset_shape, missin
                                        system_copy_hint)
 from flcore.config import MODELS, ConfigError, RunConfig
 from flcore.registry import get_method, methods
-from server_app.outputs import is_nonempty_dir, resolve_out_dir, resume_dir
+from server_app.outputs import is_nonempty_dir, resume_dir
 from server_app.tensorboard_log import check_available as check_tensorboard
 
 # Smallest image side each backbone of models/networks.py is built for; None = any input (it flattens).
@@ -40,14 +40,13 @@ GPU_DRIVER_FILES = ("/dev/nvidiactl", "/dev/nvidia0", "/proc/driver/nvidia", "/d
 
 
 def check(values: Mapping[str, Any], num_nodes: int | None = None, clients_here: bool = True) -> RunConfig:
-    """The parsed run config of ``values`` (out-dir "" resolved, see server_app/outputs.py), or ConfigError.
+    """The parsed run config of ``values`` (out-dir resolved: RunConfig.with_out_dir), or ConfigError.
 
     ``clients_here``: the clients train on this machine (the command line), so ``device`` is checked here;
     the ServerApp passes False: in a deployment the SuperLink's host need not have the clients' GPU (each
     client refuses ``device='cuda'`` without CUDA itself, at registration, naming the key)."""
     _check_method_name(values)
-    cfg = RunConfig.from_dict(values)
-    cfg = cfg.replace(out_dir=resolve_out_dir(cfg.to_dict())["out-dir"])
+    cfg = RunConfig.from_dict(values).with_out_dir()
     check_model(cfg)
     if clients_here:
         check_device(cfg)

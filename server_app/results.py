@@ -22,10 +22,12 @@ import json
 import math
 import time
 from pathlib import Path
-from typing import Any
+from typing import Any, Mapping
 
 import numpy as np
 
+from flcore.common import CommonConfig
+from flcore.config import RunConfig
 from flcore.stack import stack_info
 from server_app.tensorboard_log import tensorboard_log
 
@@ -94,13 +96,19 @@ def csv_columns(rounds: list[dict[str, Any]]) -> list[str]:
 # Rewrite results.json after a round only when this many seconds have passed since the last write (and
 # always at the end): rounds slower than this are written every round as before, while a run of
 # millisecond rounds does not spend most of its time rewriting (and renaming) the file.
-def summarize(rounds: list[dict[str, Any]], run_config: dict[str, Any], num_clients: int = 0) -> dict[str, Any]:
+def recorded_target(run_config: Mapping[str, Any]) -> float:
+    """The target accuracy of a recorded run (results.json's "run_config"): its ``target-accuracy``, or the
+    declared default (flcore/common.py) for a record without the key."""
+    return float(run_config.get("target-accuracy", CommonConfig.default_of("target-accuracy")))
+
+
+def summarize(rounds: list[dict[str, Any]], target: float, num_clients: int = 0) -> dict[str, Any]:
     """results.json's "final": the last round's scalars plus the run's summary over ``rounds`` (best accuracy,
-    rounds to target, time, bytes, failures). Pure: the report also applies it to the first N rounds of a run."""
+    rounds to ``target`` accuracy, time, bytes, failures). Pure: the report also applies it to the first N rounds
+    of a recorded run (with :func:`recorded_target` of its run config)."""
     if not rounds:
         return {}
     last = rounds[-1]
-    target = float(run_config.get("target-accuracy", 0.8))
     accs = [r["global_accuracy"] for r in rounds if r.get("global_accuracy") is not None]
     times = [r["wall_time_s"] for r in rounds]
     keys = [c for c in SCALAR_COLUMNS if c not in ("round", "wall_time_s", "bytes_sent", "bytes_received",
@@ -124,15 +132,19 @@ WRITE_INTERVAL_S = 1.0
 
 
 class ResultsWriter:
-    def __init__(self, out_dir: Path, run_config: dict[str, Any], write_interval: float = WRITE_INTERVAL_S) -> None:
+    """results.json, metrics.csv, the accuracy plot and the TensorBoard log of one run: the writer of the run
+    config's echo (``run_config``, the flat form results.json and the checkpoint record)."""
+
+    def __init__(self, out_dir: Path, cfg: RunConfig, write_interval: float = WRITE_INTERVAL_S) -> None:
         self.out_dir = out_dir
-        self.run_config = run_config
+        self.cfg = cfg
+        self.run_config = cfg.to_dict()
         self.rounds: list[dict[str, Any]] = []
         self.write_interval = write_interval
         self._last_write = float("-inf")
         self.stack = stack_info()  # the stack this run's numbers come from (issue 30)
         out_dir.mkdir(parents=True, exist_ok=True)
-        self.tensorboard = tensorboard_log(out_dir, run_config)  # run-config key tensorboard (issue 33)
+        self.tensorboard = tensorboard_log(out_dir, cfg.tensorboard)  # run-config key tensorboard (issue 33)
 
     def add_round(self, row: dict[str, Any]) -> None:
         self.rounds.append(_jsonable(row))
@@ -142,7 +154,7 @@ class ResultsWriter:
             self.write()  # keep results.json current: a killed run leaves its rounds but the last second's
 
     def final(self, num_clients: int) -> dict[str, Any]:
-        return summarize(self.rounds, self.run_config, num_clients)
+        return summarize(self.rounds, self.cfg.target_accuracy, num_clients)
 
     def close(self) -> None:
         """Close what stays open between rounds (the TensorBoard writer and its thread); the runner calls it
@@ -189,7 +201,7 @@ class ResultsWriter:
                 ax.plot(x, [v if v is not None else float("nan") for v in y], marker="o", ms=3, label=label)
         ax.set_xlabel("round")
         ax.set_ylabel("accuracy")
-        ax.set_title(f"{self.run_config.get('method')} on {self.run_config.get('dataset')}")
+        ax.set_title(f"{self.cfg.method} on {self.cfg.dataset}")
         ax.grid(alpha=0.3)
         ax.legend()
         path = self.out_dir / "accuracy.png"

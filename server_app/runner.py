@@ -15,7 +15,6 @@ from __future__ import annotations
 import logging
 import math
 import time
-from pathlib import Path
 from typing import Any
 
 import numpy as np
@@ -32,7 +31,6 @@ from models import build_model
 from models.evaluation import eval_support_size, evaluate, pop_eval_stats, set_eval_support
 from server_app.checkpoint import load_checkpoint, save_checkpoint
 from server_app.diagnosis import divergence_note, majority_share
-from server_app.outputs import resolve_out_dir
 from server_app.results import WRITE_INTERVAL_S, ResultsWriter, spread
 from strategies.base import FLStrategy, RoundOutcome
 
@@ -116,7 +114,8 @@ def wait_for_nodes_to_settle(grid: Grid, timeout: float, poll: float = 0.1, stab
 def run_federation(grid: Grid, cfg: RunConfig) -> dict[str, Any]:
     """Run ``num-server-rounds`` rounds; returns the results document (also written to out-dir)."""
     t_start = time.time()
-    out_dir = Path(cfg.out_dir or resolve_out_dir(cfg.to_dict())["out-dir"]).expanduser().resolve()
+    cfg = cfg.with_out_dir()  # as the entry point resolved it (a caller that did not: resolved here, once)
+    out_dir = cfg.out_path
     strategy = build_strategy(cfg)
     wait_for_nodes_to_settle(grid, cfg.round_timeout)
     strategy.refresh_clients(grid)
@@ -136,12 +135,12 @@ def run_federation(grid: Grid, cfg: RunConfig) -> dict[str, Any]:
         eval_sets["val"] = validation_set(cfg, num_clients)
     eval_sets = {k: (torch.as_tensor(x, device=device), torch.as_tensor(y, device=device))
                  for k, (x, y) in eval_sets.items()}
-    results = ResultsWriter(out_dir, cfg.to_dict())
+    results = ResultsWriter(out_dir, cfg)
     try:  # the results writer holds the TensorBoard writer (and its thread) open between rounds
         first = 1
         strategy.begin_run()  # run-bound client state (client_app/state.py)
         if cfg.resume_from:
-            ckpt = load_checkpoint(cfg.resume_from, cfg.to_dict())
+            ckpt = load_checkpoint(cfg.resume_from, results.run_config)
             params = ckpt["params"]
             strategy.load_state_dict(ckpt["strategy"])
             strategy.begin_run(resumed_after=int(ckpt["round"]), client_state=ckpt.get("client_state"))
@@ -184,7 +183,7 @@ def run_federation(grid: Grid, cfg: RunConfig) -> dict[str, Any]:
             due = rnd == cfg.num_server_rounds or time.monotonic() - last_checkpoint >= WRITE_INTERVAL_S
             if cfg.checkpoint and due:
                 save_checkpoint(out_dir / "checkpoint.pt", server_round=rnd, params=params,
-                                strategy_state=strategy.state_dict(), rounds=results.rounds, run_config=cfg.to_dict(),
+                                strategy_state=strategy.state_dict(), rounds=results.rounds, run_config=results.run_config,
                                 client_state=strategy.ledger.to_dict())
                 strategy.ledger.checkpoint_written(rnd)  # clients keep the state versions a resume from it needs
                 last_checkpoint = time.monotonic()

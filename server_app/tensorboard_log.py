@@ -79,8 +79,8 @@ class TensorBoardLog:
             self._writer.close()
 
 
-def tensorboard_log(out_dir: Path, run_config: dict[str, Any]) -> TensorBoardLog | None:
-    """The run's TensorBoard log when its run config asks for one (the package checked), else None."""
-    enabled = bool(run_config.get("tensorboard", False))
+def tensorboard_log(out_dir: Path, enabled: bool) -> TensorBoardLog | None:
+    """The run's TensorBoard log when its run config asks for one (run-config key tensorboard; the package
+    checked), else None."""
     check_available(enabled)
     return TensorBoardLog(out_dir) if enabled else None

@@ -167,8 +167,8 @@ class FlowerStrategyAPI(Strategy):
             "num-evaluated": len(per), "num-failures": len(failures)})
 
     def summary(self) -> None:
-        log.info("%s: %s", type(self).__name__, {k: v for k, v in self.cfg.to_dict().items()
-                                                  if k in ("method", "dataset", "partition", "num-server-rounds")})
+        log.info("%s: %s", type(self).__name__, {k: self.cfg.value(k) for k in
+                                                  ("method", "dataset", "partition", "num-server-rounds")})
 
     # ------------------------------------------------------------------------------ helpers
     def _user_config(self, config: ConfigRecord, what: str) -> dict[str, Any]:

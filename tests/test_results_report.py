@@ -6,7 +6,7 @@ import tomllib
 
 from experiments.report import at_round, fixed_round_tables, mark_stopped, paper_table, stacks_line, stopping_rounds
 from flcore.stack import describe
-from server_app.results import summarize
+from server_app.results import recorded_target, summarize
 
 
 def _doc(gfl, pfl, stack=None):
@@ -38,16 +38,31 @@ def _run(label_seed: int, accs: list[float], secs: float = 2.0) -> dict:
                "wall_time_s": secs, "bytes_sent": 100, "bytes_received": 100, "num_sampled": 2, "num_updates": 2,
                "num_failures": 0, "failures": []} for i, a in enumerate(accs)]
     rc = {"seed": label_seed, "num-server-rounds": 20, "target-accuracy": 0.5}
-    return {"run_config": rc, "rounds": rounds, "final": summarize(rounds, rc, 4)}
+    return {"run_config": rc, "rounds": rounds, "final": summarize(rounds, recorded_target(rc), 4)}
 
 
 def test_summarize_is_the_writers_final_and_reads_a_prefix():
     doc = _run(0, [0.2, 0.6, 0.4, 0.9])
-    first3 = summarize(doc["rounds"][:3], doc["run_config"], 4)
+    first3 = summarize(doc["rounds"][:3], recorded_target(doc["run_config"]), 4)
     assert first3["global_accuracy"] == 0.4 and first3["best_global_accuracy"] == 0.6
     assert first3["rounds"] == 3 and first3["rounds_to_target"] == 2 and first3["total_wall_time_s"] == 6.0
     assert doc["final"]["global_accuracy"] == 0.9 and doc["final"]["rounds"] == 4
-    assert summarize([], {}) == {}
+    assert summarize([], 0.5) == {}
+    assert first3["target_accuracy"] == 0.5
+
+
+def test_a_record_without_target_accuracy_reads_the_declared_default():
+    """The rounds-to-target default has one home, the declaration (flcore/common.py): a recorded run config
+    without the key reads it, and the writer takes the parsed config's value."""
+    from flcore.common import CommonConfig
+    from flcore.config import RunConfig
+
+    declared = CommonConfig.default_of("target-accuracy")
+    assert declared == CommonConfig().target_accuracy == RunConfig.from_dict({}).target_accuracy == 0.8
+    assert recorded_target({}) == declared and recorded_target({"target-accuracy": 0.3}) == 0.3
+    rounds = _run(0, [0.2, 0.85])["rounds"]
+    assert summarize(rounds, recorded_target({}))["rounds_to_target"] == 2
+    assert summarize(rounds, recorded_target({}))["target_accuracy"] == declared
 
 
 def test_at_round_cuts_every_run_that_reached_it_and_names_the_others():

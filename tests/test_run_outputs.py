@@ -11,7 +11,7 @@ from pathlib import Path
 
 import pytest
 
-from flcore.config import RunConfig, resolve_run_config
+from flcore.config import ConfigError, RunConfig, resolve_run_config
 from server_app import outputs
 from server_app.results import ResultsWriter, csv_columns
 from server_app.runner import DONE_MARKER, clock, progress, run_federation
@@ -26,14 +26,18 @@ def test_default_out_dir_is_method_and_time_and_never_reused(tmp_path):
     assert outputs.default_out_dir("fedbc", tmp_path, now).name == "fedbc-20260304-050607-2"
 
 
-def test_resolve_out_dir(tmp_path, monkeypatch):
+def test_with_out_dir_resolves_once(tmp_path, monkeypatch):
+    """RunConfig.with_out_dir: '' -> runs/<method>-<time>, or the resumed run's directory; a given one made
+    absolute; a resolved config comes back as the very same object (nothing downstream resolves it anew)."""
     monkeypatch.chdir(tmp_path)
-    got = outputs.resolve_out_dir({"method": "moon", "out-dir": ""})["out-dir"]
-    assert Path(got).parent == tmp_path / "runs" and Path(got).name.startswith("moon-")
-    assert outputs.resolve_out_dir({"out-dir": "", "resume-from": "r/ckpt/checkpoint.pt"})["out-dir"] == \
-        str(tmp_path / "r" / "ckpt")
-    assert outputs.resolve_out_dir({"out-dir": "x"})["out-dir"] == str(tmp_path / "x")
-    assert outputs.resolve_out_dir({"out-dir": 3})["out-dir"] == 3  # left for the type check to refuse
+    got = RunConfig.from_dict({"method": "moon"}).with_out_dir()
+    assert Path(got.out_dir).parent == tmp_path / "runs" and Path(got.out_dir).name.startswith("moon-")
+    assert got.with_out_dir() is got and got.out_path == tmp_path / "runs" / Path(got.out_dir).name
+    resumed = RunConfig.from_dict({"resume-from": "r/ckpt/checkpoint.pt"}).with_out_dir()
+    assert resumed.out_dir == str(tmp_path / "r" / "ckpt")
+    assert RunConfig.from_dict({"out-dir": "x"}).with_out_dir().out_dir == str(tmp_path / "x")
+    with pytest.raises(ConfigError, match="'out-dir' is '' here"):
+        RunConfig.from_dict({}).out_path
 
 
 def test_latest_links_the_newest_run(tmp_path):
@@ -76,7 +80,7 @@ def test_csv_columns_are_every_per_round_scalar(tmp_path):
     assert {"client_accuracy_best", "num_evaluated", "strategy.m-scalar", "strategy.m-flag",
             "strategy.m-late"} <= set(cols)
     assert not {"sampled", "failures", "per_client", "strategy.m-vector", "strategy"} & set(cols)
-    w = ResultsWriter(tmp_path, {})
+    w = ResultsWriter(tmp_path, RunConfig.from_dict({}))
     w.rounds = rows
     with w.write_csv().open() as fh:
         got = list(csv.DictReader(fh))

@@ -3,13 +3,10 @@ objective alignment (group consensus CGR, global consensus CGL); prior models ar
 (actions train.prior -> relay -> train.posterior)."""
 
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, Any, Mapping
 
+from flcore.common import CommonConfig
 from flcore.registry import MethodDecl, Payload
-from flcore.schema import ConfigError, Section, param
-
-if TYPE_CHECKING:
-    from flcore.config import RunConfig
+from flcore.schema import ConfigError, Section, Sectioned, param
 
 LOSSES = ("uad", "cgr", "cgl")
 CGR_TARGETS = ("softmax", "normalize")
@@ -92,18 +89,8 @@ class FedUFOConfig(Section):
     def check(self) -> None:
         parse_losses(self.losses_)
 
-    @classmethod
-    def parse(cls, values: Mapping[str, Any]) -> "FedUFOConfig":
-        """The section, refusing a sampling metric that needs a local test split when a fedufo run has none."""
-        obj = super().parse(values)
-        if values.get("method") == "fedufo":
-            obj.check_local_split(values)
-        return obj
-
-    def check_local_split(self, values: Mapping[str, Any]) -> None:
-        from flcore.config import CommonConfig  # here: flcore.config imports the method declarations
-
-        common = CommonConfig.parse({k: v for k, v in values.items() if "." not in k})
+    def check_run(self, common: CommonConfig) -> None:
+        """A fedufo run refuses a sampling metric that needs a local test split when it has none."""
         has_split = common.local_test_fraction > 0 or common.dataset == "synthetic"
         if self.dynamic_sampling and SAMPLING_METRICS[self.sampling_metric][1] and not has_split:
             raise ConfigError(f"run-config key 'fedufo.sampling-metric' = '{self.sampling_metric}' ranks clients by "
@@ -112,7 +99,7 @@ class FedUFOConfig(Section):
                               "fedufo.dynamic-sampling = false")
 
 
-def check_federation(cfg: "RunConfig", num_nodes: int) -> None:
+def check_federation(cfg: Sectioned, num_nodes: int) -> None:
     """The discriminator has one output per client: every client id (0 .. num_nodes - 1) must be below
     fedufo.num-clients (the declaration's federation check, flcore/registry.py)."""
     k = cfg.section(FedUFOConfig).num_clients
