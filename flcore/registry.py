@@ -11,60 +11,12 @@ from __future__ import annotations
 
 import functools
 import importlib
-from dataclasses import dataclass, field
-from typing import Any, Callable
 
+from flcore.declaration import BASE_TRAINER, FEDAVG_STRATEGY, MethodDecl, Payload
 from flcore.schema import Section
 
-
-@dataclass(frozen=True)
-class Payload:
-    """What a method adds to the base protocol (docs/PROTOCOL.md), by name.
-
-    config:        keys the server adds to a client's "config" ConfigRecord (per-client values).
-    records:       extra records in server -> client messages (a name ending in "." is a prefix).
-    metrics:       extra keys in the reply's "metrics" MetricRecord.
-    reply_records: extra records in client -> server replies.
-    actions:       message types the strategy sends besides "query" and "evaluate".
-    state:         client-state entries the trainer keeps between rounds (context.state / state-dir).
-    """
-
-    config: tuple[str, ...] = ()
-    records: tuple[str, ...] = ()
-    metrics: tuple[str, ...] = ()
-    reply_records: tuple[str, ...] = ()
-    actions: tuple[str, ...] = ("train",)
-    state: tuple[str, ...] = ()
-
-
-@dataclass(frozen=True)
-class MethodDecl:
-    """How a method is assembled (see the module docstring).
-
-    model_hook: ``"module:fn"`` with ``fn(model: FLModel, cfg: RunConfig) -> None`` adding the method's
-                federated modules (LRA neck, projection head, discriminator); it lives in ``models/`` and runs
-                identically on the server (initial model, central evaluation) and on every client.
-    head:       head forced by the method ("etf" for fedetf), else the run config's ``head``.
-    check_federation: ``fn(cfg, num_nodes) -> None`` raising ConfigError (naming the key) when the method cannot
-                run with that many nodes (FedUFO: a discriminator output per client); called by the pre-flight
-                checks wherever the number of nodes is known (server_app/preflight.py), before any engine starts.
-                A plain function of the declaration module: it needs only the parsed config (no torch).
-    """
-
-    name: str
-    paper: str
-    strategy: str
-    trainer: str
-    config: type[Section] | None = None
-    model_hook: str | None = None
-    head: str | None = None
-    payload: Payload = field(default_factory=Payload)
-    description: str = ""
-    check_federation: Callable[[Any, int], None] | None = None  # (RunConfig, nodes): config imports this module
-
-
-BASE_TRAINER = "client_app.trainers.base:Trainer"
-FEDAVG_STRATEGY = "strategies.methods.fedavg:FedAvgStrategy"
+__all__ = ["BASE_TRAINER", "FEDAVG_STRATEGY", "MethodDecl", "Payload", "get_method", "methods", "register",
+           "resolve", "sections", "unregister"]
 
 _RUNTIME: dict[str, MethodDecl] = {}
 

@@ -3,7 +3,7 @@ gamma_k); the server takes dual steps on lambda_k (Eq. 11) and gamma_k and avera
 
 from dataclasses import dataclass
 
-from flcore.registry import MethodDecl, Payload
+from flcore.declaration import MethodDecl, Payload
 from flcore.schema import ConfigError, Section, param
 
 LAMBDA_KEY = "fedbc-lambda"   # per-client config (server -> client) and reply metric: lambda_k

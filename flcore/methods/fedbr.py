@@ -3,7 +3,7 @@ head trained by a max step on L_con and a min step CE + lambda CE_pseudo + mu L_
 
 from dataclasses import dataclass
 
-from flcore.registry import MethodDecl, Payload
+from flcore.declaration import MethodDecl, Payload
 from flcore.schema import Section, param
 
 PSEUDO_KINDS = ("mixture", "rsm")

@@ -2,7 +2,7 @@
 
 from dataclasses import dataclass
 
-from flcore.registry import MethodDecl, Payload
+from flcore.declaration import MethodDecl, Payload
 from flcore.schema import Section, param
 
 STATE_GRAD = "feddyn-grad"   # client state: the client's linear-term gradient

@@ -4,7 +4,7 @@ features as h = f + alpha mu_y from round R_warm on; the backbone is averaged un
 
 from dataclasses import dataclass
 
-from flcore.registry import MethodDecl, Payload
+from flcore.declaration import MethodDecl, Payload
 from flcore.schema import Section, param
 
 GMV_WEIGHTINGS = ("sampled", "clients", "samples")

@@ -2,7 +2,7 @@
 
 from dataclasses import dataclass
 
-from flcore.registry import BASE_TRAINER, MethodDecl
+from flcore.declaration import BASE_TRAINER, MethodDecl
 from flcore.schema import Section, param
 
 

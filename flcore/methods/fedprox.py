@@ -2,7 +2,7 @@
 
 from dataclasses import dataclass
 
-from flcore.registry import MethodDecl
+from flcore.declaration import MethodDecl
 from flcore.schema import Section, param
 
 

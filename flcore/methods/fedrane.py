@@ -6,7 +6,7 @@ import dataclasses
 from dataclasses import dataclass
 from typing import Any
 
-from flcore.registry import BASE_TRAINER, FEDAVG_STRATEGY, MethodDecl, Payload
+from flcore.declaration import BASE_TRAINER, FEDAVG_STRATEGY, MethodDecl, Payload
 from flcore.schema import ConfigError, KeySpec, Section, param
 
 GRAPHS = ("alternating", "closed-form")

@@ -5,7 +5,7 @@ objective alignment (group consensus CGR, global consensus CGL); prior models ar
 from dataclasses import dataclass
 
 from flcore.common import CommonConfig
-from flcore.registry import MethodDecl, Payload
+from flcore.declaration import MethodDecl, Payload
 from flcore.schema import ConfigError, Section, Sectioned, param
 
 LOSSES = ("uad", "cgr", "cgl")

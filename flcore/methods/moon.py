@@ -2,7 +2,7 @@
 
 from dataclasses import dataclass
 
-from flcore.registry import FEDAVG_STRATEGY, MethodDecl, Payload
+from flcore.declaration import FEDAVG_STRATEGY, MethodDecl, Payload
 from flcore.schema import Section, param
 
 STATE_PREV = "moon-prev-model"   # client state: the client's previous local model

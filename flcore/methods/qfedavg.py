@@ -2,7 +2,7 @@
 
 from dataclasses import dataclass
 
-from flcore.registry import MethodDecl, Payload
+from flcore.declaration import MethodDecl, Payload
 from flcore.schema import Section, param
 
 LOSS_KEY = "global-model-train-loss"   # reply metric: F_k, the received model's loss on the training split

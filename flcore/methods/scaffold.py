@@ -2,7 +2,7 @@
 
 from dataclasses import dataclass
 
-from flcore.registry import MethodDecl, Payload
+from flcore.declaration import MethodDecl, Payload
 from flcore.schema import Section, param
 
 SERVER_C = "scaffold-c"          # server -> client record: the server control variate c

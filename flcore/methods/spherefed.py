@@ -23,7 +23,7 @@ value stated.
 
 from dataclasses import dataclass
 
-from flcore.registry import MethodDecl, Payload
+from flcore.declaration import MethodDecl, Payload
 from flcore.schema import Section, param
 
 LOSSES = ("mse", "ce")
