@@ -91,11 +91,17 @@ class RunConfig(CommonConfig):
 
     def _check_run(self) -> None:
         """The running method's section against the common keys (Section.check_run)."""
+        own = self.method_section
+        if own is not None:
+            own.check_run(self)
+
+    @property
+    def method_section(self) -> Section | None:
+        """The running method's own section (its declaration's ``config``), or None for a method without one."""
         from flcore.registry import get_method
 
         own = get_method(self.method).config
-        if own is not None:
-            self.section(own).check_run(self)
+        return None if own is None else self.section(own)
 
     def section(self, cls: type[S]) -> S:
         """The parsed section ``cls`` (e.g. ``cfg.section(FedProxConfig).mu``)."""

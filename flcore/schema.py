@@ -167,3 +167,6 @@ class Sectioned(Protocol):
     declarations (through the registry)."""
 
     def section(self, cls: type[S]) -> S: ...
+
+    @property
+    def method_section(self) -> Section | None: ...

@@ -7,6 +7,13 @@ layering
 
 (a package imports its own modules and those of the layers below it; the server/client seam between strategies
 and client_app is tests/test_method_contract.py's).
+
+The graph also holds the imports made through importlib, which no import statement shows (:func:`dynamic_imports`):
+flcore.methods loads every declaration module of its ``MODULES``; a module that calls ``flcore.registry.resolve`` on
+a declaration's ``"module:attribute"`` field (``decl.strategy``, ``decl.trainer``, ``decl.model_hook``) loads that
+field's module of every declared method; a ``"package.module:attribute"`` constant (the engines' default apps)
+names a module its holder loads (outside flcore, whose path strings are declaration data). A cycle through them (config -> registry -> methods.fedufo -> config, once) is a
+cycle like any other.
 """
 
 from __future__ import annotations
@@ -62,10 +69,76 @@ def imports_of(module: str, path: Path, modules: dict[str, Path]) -> set[str]:
     return out
 
 
+DECL_PATHS = ("strategy", "trainer", "model_hook")  # MethodDecl fields holding a "module:attribute" path
+DECLARATION_DATA = "flcore.methods"  # the declaration modules (MODULES)
+
+
+def _path_module(text: str, modules: dict[str, Path]) -> str | None:
+    """The project module of a ``"package.module:attribute"`` string, or None."""
+    module, colon, attr = text.partition(":")
+    return module if colon and attr.isidentifier() and module in modules else None
+
+
+def resolved_fields(source: str) -> list[set[str]]:
+    """For every function of ``source`` that calls ``resolve(x)`` (flcore.registry's), the declaration path
+    fields it reads (``decl.trainer`` -> {"trainer"}); an empty set: a resolve whose path cannot be told."""
+    out = []
+    for fn in ast.walk(ast.parse(source)):
+        if not isinstance(fn, (ast.FunctionDef, ast.AsyncFunctionDef)):
+            continue
+        calls = [c for c in ast.walk(fn) if isinstance(c, ast.Call) and len(c.args) == 1
+                 and (isinstance(c.func, ast.Name) and c.func.id == "resolve"
+                      or isinstance(c.func, ast.Attribute) and c.func.attr == "resolve"
+                      and isinstance(c.func.value, ast.Name) and c.func.value.id == "registry")]
+        if calls:
+            out.append({a.attr for a in ast.walk(fn) if isinstance(a, ast.Attribute) and a.attr in DECL_PATHS})
+    return out
+
+
+def dynamic_imports(modules: dict[str, Path], static: dict[str, frozenset[str]]) -> dict[str, set[str]]:
+    """The imports made through importlib (see the module docstring), module -> modules it loads."""
+    import importlib
+
+    from flcore.methods import MODULES
+
+    out: dict[str, set[str]] = {DECLARATION_DATA: {f"{DECLARATION_DATA}.{name}" for name in MODULES}}
+    paths: dict[str, set[str]] = {f: set() for f in DECL_PATHS}
+    for name in MODULES:
+        for decl in importlib.import_module(f"{DECLARATION_DATA}.{name}").METHODS:
+            for f in DECL_PATHS:
+                if getattr(decl, f):
+                    paths[f].add(getattr(decl, f).partition(":")[0])
+    for m, path in modules.items():
+        source = path.read_text()
+        if "flcore.registry" in static[m]:
+            for fields_read in resolved_fields(source):
+                if not fields_read:
+                    raise AssertionError(f"{m} calls resolve() on a path this test cannot tell (read it from "
+                                         f"decl.{' / decl.'.join(DECL_PATHS)})")
+                for f in fields_read:
+                    out.setdefault(m, set()).update(paths[f])
+        if m.split(".")[0] == "flcore":  # the declarations' path strings (and flcore.declaration's BASE_TRAINER,
+            continue                     # FEDAVG_STRATEGY) are data, loaded by the resolve() callers above
+        for node in ast.walk(ast.parse(source)):
+            if isinstance(node, ast.Constant) and isinstance(node.value, str):
+                if (target := _path_module(node.value, modules)) and target != m:
+                    out.setdefault(m, set()).add(target)
+    return out
+
+
 @lru_cache(maxsize=1)
-def import_graph() -> dict[str, frozenset[str]]:
+def static_graph() -> dict[str, frozenset[str]]:
+    """The imports every import statement shows."""
     modules = module_files()
     return {m: frozenset(imports_of(m, p, modules)) for m, p in modules.items()}
+
+
+@lru_cache(maxsize=1)
+def import_graph() -> dict[str, frozenset[str]]:
+    """The static imports plus the ones made through importlib."""
+    static = static_graph()
+    dynamic = dynamic_imports(module_files(), static)
+    return {m: frozenset(outs | dynamic.get(m, set())) for m, outs in static.items()}
 
 
 def cycles(graph: dict[str, frozenset[str]]) -> list[list[str]]:
@@ -153,6 +226,110 @@ def test_no_import_runs_upward_against_the_layering():
 def test_the_imports_that_used_to_break_the_map_are_gone(importer, imported):
     graph = import_graph()
     assert not {o for o in graph[importer] if o == imported or o.startswith(imported + ".")}
+
+
+def test_the_graph_holds_the_imports_made_through_importlib():
+    """flcore.methods loads every module of MODULES; the runner, the ClientApp and build_model load the modules of
+    every declaration's Strategy, trainer and model hook; the engines load their default apps."""
+    from flcore.methods import MODULES
+    from flcore.registry import methods
+
+    graph, static = import_graph(), static_graph()
+    assert {f"flcore.methods.{m}" for m in MODULES} <= graph["flcore.methods"]
+    assert not {f"flcore.methods.{m}" for m in MODULES} & static["flcore.methods"]  # importlib only
+    for decl in methods().values():
+        assert decl.strategy.partition(":")[0] in graph["server_app.runner"]
+        assert decl.trainer.partition(":")[0] in graph["client_app.app"]
+        if decl.model_hook:
+            assert decl.model_hook.partition(":")[0] in graph["models"]
+    assert "client_app.app" in graph["engines.grid"] and "server_app.app" in graph["engines.local"]
+
+
+def test_an_import_cycle_through_importlib_is_found():
+    """The cycle the static reader missed (flcore/methods/fedufo.py parsing the common section again through
+    flcore.config, which loads the declarations through the registry) is one once the importlib edges count;
+    the declaration modules import neither flcore.config nor the registry now."""
+    graph = dict(import_graph())
+    for module in (m for m in graph if m.startswith("flcore.methods.")):
+        assert not graph[module] & {"flcore.config", "flcore.registry"}, module
+    graph["flcore.methods.fedufo"] = graph["flcore.methods.fedufo"] | {"flcore.config"}
+    found = [c for c in cycles(graph) if "flcore.methods.fedufo" in c]
+    assert found and {"flcore.config", "flcore.registry", "flcore.methods"} <= set(found[0])
+    static = dict(static_graph())
+    static["flcore.methods.fedufo"] = static["flcore.methods.fedufo"] | {"flcore.config"}
+    assert not [c for c in cycles(static) if "flcore.methods.fedufo" in c]  # what the static graph alone missed
+
+
+def test_resolve_calls_are_read_by_the_declaration_field_they_resolve():
+    source = ("def a(cfg):\n    return resolve(get_method(cfg.method).strategy)(cfg)\n"
+              "def b(decl, job):\n    hook = decl.model_hook\n    return registry.resolve(hook)\n"
+              "def c(p):\n    return p.resolve()\n"          # Path.resolve(): not the registry's
+              "def d(name):\n    return resolve(name)\n")
+    assert resolved_fields(source) == [{"strategy"}, {"model_hook"}, set()]
+
+
+# ------------------------------------------------------------------------ the run config: parsed once, passed down
+# Modules that parse flat run-config values into a RunConfig (RunConfig.from_dict): the entry points. A package
+# name covers its modules (scripts whose own configs they build).
+ENTRY_POINTS = {
+    "server_app.preflight": "the ServerApp's main and `noniid-fl run` (check())",
+    "client_app.app": "the ClientApp: each run config it receives, parsed once per config (parse_run_config)",
+    "engines.local": "run_local / simulate given run-config keys (parse_run_config)",
+    "engines.ray": "run_ray given flat values: checked before Ray starts",
+    "experiments.run": "an experiment file's runs",
+    "benchmarks": "each benchmark script's own configs",
+    "deploy": "the deployment tools' own configs (node data, body limits)",
+}
+# Modules that flatten a RunConfig (to_dict) because the config leaves the process there: the output writers.
+CONFIG_WRITERS = {
+    "server_app.results": "results.json's run_config echo (also what the checkpoint records)",
+    "strategies.round_driver": "the messages' 'run_config' record (docs/PROTOCOL.md)",
+    "engines.local": "Flower's run config of the in-process ServerApp's Context and nodes",
+    "engines.ray": "Flower's run config of the Ray ServerApp's Context",
+    "benchmarks.bench_scale": "stands in for RoundDriver's 'run_config' record",
+    "benchmarks.engine_costs": "stands in for RoundDriver's 'run_config' record",
+}
+NOT_A_RUN_CONFIG = {("server_app.runner", "strategy.state_ledger"): "the client-state ledger's checkpoint form",
+                    ("flcore.config", "sec"): "RunConfig.to_dict flattening its own sections"}
+
+
+def _listed(module: str, table: dict[str, str]) -> bool:
+    return any(module == k or module.startswith(k + ".") for k in table)
+
+
+def config_flattening(source: str) -> tuple[list[tuple[int, str]], list[tuple[int, str]]]:
+    """(every ``X.to_dict()`` call as (line, X), every ``RunConfig.from_dict(...)`` call as (line, code))."""
+    flat, parsed = [], []
+    for node in ast.walk(ast.parse(source)):
+        if isinstance(node, ast.Call) and isinstance(node.func, ast.Attribute):
+            if node.func.attr == "to_dict" and not node.args and not node.keywords:
+                flat.append((node.lineno, ast.unparse(node.func.value)))
+            elif node.func.attr == "from_dict" and ast.unparse(node.func.value) == "RunConfig":
+                parsed.append((node.lineno, ast.unparse(node)))
+    return sorted(flat), sorted(parsed)
+
+
+def test_the_config_is_flattened_only_by_writers_and_parsed_only_by_entry_points():
+    """No to_dict() round trip: a RunConfig is flattened only where it leaves the process (CONFIG_WRITERS),
+    parsed only at an entry point (ENTRY_POINTS), and never parsed back from its own flat form."""
+    bad = []
+    for module, path in module_files().items():
+        flat, parsed = config_flattening(path.read_text())
+        for line, receiver in flat:
+            if not _listed(module, CONFIG_WRITERS) and (module, receiver) not in NOT_A_RUN_CONFIG:
+                bad.append(f"{module}:{line}: {receiver}.to_dict() (pass the RunConfig; flatten only in a writer)")
+        for line, code in parsed:
+            if not _listed(module, ENTRY_POINTS) or "to_dict()" in code:
+                bad.append(f"{module}:{line}: {code[:80]} (parse at the entry point, pass the object down)")
+    assert bad == []
+
+
+def test_the_flattening_scan_sees_calls_and_round_trips():
+    source = ("x = cfg.to_dict()\ny = RunConfig.from_dict(cfg.to_dict())\nz = Dataset.from_dict({})\n"
+              "w = a.b.to_dict()\nv = d.to_dict(orient='list')\n")
+    flat, parsed = config_flattening(source)
+    assert flat == [(1, "cfg"), (2, "cfg"), (4, "a.b")]
+    assert parsed == [(2, "RunConfig.from_dict(cfg.to_dict())")]
 
 
 # ------------------------------------------------------------------------------- method knowledge stays home

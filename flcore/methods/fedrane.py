@@ -4,10 +4,9 @@ server's Nash bargaining over the clients' deltas (G^T G p = 1/p, solved as in N
 
 import dataclasses
 from dataclasses import dataclass
-from typing import Any
 
 from flcore.declaration import BASE_TRAINER, FEDAVG_STRATEGY, MethodDecl, Payload
-from flcore.schema import ConfigError, KeySpec, Section, param
+from flcore.schema import ConfigError, KeySpec, Section, Sectioned, param
 
 GRAPHS = ("alternating", "closed-form")
 CUTS = ("row-mean", "none")
@@ -145,14 +144,10 @@ class FedRANECodeConfig(FedRANEConfig):
                                 + CODE + "clients/clientFedRANE.py train_raw", ge=0)
 
 
-def rane_config(cfg: Any) -> FedRANEConfig:
+def rane_config(cfg: Sectioned) -> FedRANEConfig:
     """The FedRANE section a run reads: its method's (``fedrane-code.*`` for fedrane-code), else ``fedrane.*``."""
-    from flcore.registry import get_method
-
-    section = get_method(cfg.method).config
-    if isinstance(section, type) and issubclass(section, FedRANEConfig):
-        return cfg.section(section)
-    return cfg.section(FedRANEConfig)
+    own = cfg.method_section
+    return own if isinstance(own, FedRANEConfig) else cfg.section(FedRANEConfig)
 
 
 PAPER = "Liao et al. 2023, arXiv 2308.11646 (FedRANE: local relational augmentation + global Nash equilibrium)"
