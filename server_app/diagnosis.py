@@ -12,6 +12,8 @@ from typing import Any, Mapping, Sequence
 
 import numpy as np
 
+from flcore.config import RunConfig
+
 CHANCE_MARGIN = 1.5  # "at chance": below this multiple of always predicting the test set's commonest class
 _NAN, _NORM = "NaN or Inf", ("exceeds max-update-norm", "exceeds update-norm-factor")
 
@@ -46,8 +48,7 @@ def rejection_counts(rounds: Sequence[Mapping[str, Any]]) -> tuple[int, int, int
     return nan, norm, sent, where
 
 
-def divergence_note(rounds: Sequence[Mapping[str, Any]], run_config: Mapping[str, Any],
-                    majority_share: float | None) -> str | None:
+def divergence_note(rounds: Sequence[Mapping[str, Any]], cfg: RunConfig, majority_share: float | None) -> str | None:
     """The warning for a run that ended at chance after NaN/norm rejections, or None.
 
     ``majority_share``: the share of the global test set's commonest class (what a constant prediction
@@ -62,11 +63,11 @@ def divergence_note(rounds: Sequence[Mapping[str, Any]], run_config: Mapping[str
         return None
     kinds = ", ".join(s for s in (f"{nan} for NaN/Inf values" if nan else "",
                                   f"{norm} for their norm" if norm else "") if s)
-    lr, momentum = run_config.get("lr"), run_config.get("momentum")
-    smaller = f"{float(lr) / 10:g}" if isinstance(lr, (int, float)) else "a tenth of it"
+    lr, momentum = cfg.lr, cfg.momentum
+    smaller = f"{lr / 10:g}"
     span = f"round {where[0]}" if len(where) == 1 else f"rounds {where[0]}-{where[-1]}"
     return (f"WARNING: the global model ended at chance (G-FL accuracy {acc:.4f}; always predicting the "
             f"commonest class scores {majority_share:.4f}) and {nan + norm} of {sent} client updates were "
             f"rejected ({kinds}; {span}): local training diverged. Likely cause: lr {lr} (momentum "
-            f"{momentum}) is too high for model '{run_config.get('model')}' on '{run_config.get('dataset')}'; "
+            f"{momentum}) is too high for model '{cfg.model}' on '{cfg.dataset}'; "
             f"try lr={smaller} (the rejections are in results.json's failures)")

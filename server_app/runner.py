@@ -199,7 +199,7 @@ def run_federation(grid: Grid, cfg: RunConfig) -> dict[str, Any]:
         results.plot()
         torch.save({k: torch.from_numpy(np.asarray(v)) for k, v in params.items()}, out_dir / "final_model.pt")
         doc = {"run_config": results.run_config, "rounds": results.rounds, "final": results.final(num_clients)}
-        note = divergence_note(results.rounds, results.run_config, majority_share(eval_sets.get("global")))
+        note = divergence_note(results.rounds, cfg, majority_share(eval_sets.get("global")))
         _say(f"{DONE_MARKER} in {time.time() - t_start:.1f}s: {len(results.rounds)} rounds, final G-FL accuracy "
              f"{doc['final'].get('global_accuracy')}; results in {path}")
         if note:  # the run's last line: it did not learn, and why that is likely

@@ -46,7 +46,7 @@ def _row(rnd: int, acc: float, reasons: list[str], sampled: int = 4) -> dict:
             "failures": [{"cid": i, "phase": "train", "kind": "rejected", "reason": r} for i, r in enumerate(reasons)]}
 
 
-CFG = {"lr": 0.5, "momentum": 0.0, "model": "convnet", "dataset": "fmnist"}
+CFG = RunConfig.from_dict({"lr": 0.5, "momentum": 0.0, "model": "convnet", "dataset": "fmnist"})
 
 
 def test_the_note_needs_both_chance_and_nan_or_norm_rejections():
