@@ -283,11 +283,11 @@ ENTRY_POINTS = {
 # Modules that flatten a RunConfig (to_dict) because the config leaves the process there: the output writers.
 CONFIG_WRITERS = {
     "server_app.results": "results.json's run_config echo (also what the checkpoint records)",
-    "strategies.round_driver": "the messages' 'run_config' record (docs/PROTOCOL.md)",
+    "strategies.messages": "the messages' 'run_config' record (docs/PROTOCOL.md), built once per run config",
     "engines.local": "Flower's run config of the in-process ServerApp's Context and nodes",
     "engines.ray": "Flower's run config of the Ray ServerApp's Context",
-    "benchmarks.bench_scale": "stands in for RoundDriver's 'run_config' record",
-    "benchmarks.engine_costs": "stands in for RoundDriver's 'run_config' record",
+    "benchmarks.bench_scale": "stands in for MessageBuilder.base_records (the 'run_config' record)",
+    "benchmarks.engine_costs": "stands in for MessageBuilder.base_records (the 'run_config' record)",
 }
 # Other objects with a to_dict(), by the last name of the receiver: not the run config.
 NOT_A_RUN_CONFIG = {"state_ledger": "the client-state ledger's checkpoint form (strategies/state_ledger.py)",
