@@ -7,7 +7,7 @@ from __future__ import annotations
 import importlib
 
 MODULES = ("fedavg", "fedprox", "scaffold", "moon", "feddyn", "qfedavg", "fednova", "fedopt",
-           "fedrane", "fedbc", "fedufo", "fedbr", "fedetf", "spherefed")
+           "fedrane", "fedbc", "fedufo", "fedbr", "fedetf", "spherefed", "feddecorr")
 
 
 def declarations() -> list:

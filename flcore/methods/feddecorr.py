@@ -1,0 +1,41 @@
+"""FedDecorr (Shi, Liang, Zhang, Tan and Bai, "Towards Understanding and Mitigating Dimensional Collapse in
+Heterogeneous Federated Learning", ICLR 2023, arXiv 2210.00226): a client-side regulariser against dimensional
+collapse of the representations; the server is FedAvg.
+
+Local objective per minibatch (paper Sec. 4):
+    L = CE + beta * L_FedDecorr,   L_FedDecorr = (1/d^2) ||K||_F^2
+with K the d x d correlation matrix of the batch's representations after z-scoring each of the d dimensions
+over the batch. The representation is the one the linear classifier reads (the authors' networks return the
+pooled features before ``classifier``; here the backbone output ``model.features(x)``).
+
+What was read, and where (with the search tool): the paper's abstract and introduction (arxiv.org/html/2210.00226v5),
+and the authors' code (repository bytedance/FedDecorr): ``loss.py`` (``FedDecorrLoss``), ``approach/fedavg.py``
+(``--feddecorr_coef`` default and the call on the features the network returns) and ``run_scripts/*_feddecorr.sh``.
+The code computes its term differently from the equation: it standardises with the unbiased variance plus eps,
+takes only the off-diagonal entries of Z^T Z (= (N-1) K), averages their squares over d(d-1) and divides by N,
+i.e. (N-1)^2/N * mean_{i != j} K_ij^2. Since K_ii = 1, that is (N-1)^2 d / (N (d-1)) * (L_FedDecorr - 1/d):
+the same minimiser and the same gradient direction, about N times larger. ``feddecorr.form`` picks either.
+"""
+
+from dataclasses import dataclass
+
+from flcore.registry import FEDAVG_STRATEGY, MethodDecl
+from flcore.schema import Section, param
+
+FORMS = ("paper", "code")
+
+
+@dataclass(frozen=True)
+class FedDecorrConfig(Section):
+    NAME = "feddecorr"
+    beta: float = param(0.1, "weight of the decorrelation term, L = CE + beta L_FedDecorr (paper Sec. 4; 0.1 is the "
+                             "authors' code default --feddecorr_coef and the value of all their run scripts)", ge=0)
+    eps: float = param(1e-8, "added to each dimension's batch variance before the square root of the z-scoring "
+                             "(the authors' code, loss.py)", gt=0)
+    form: str = param("paper", "paper: (1/d^2)||K||_F^2, diagonal included (paper Sec. 4); code: the authors' "
+                               "loss.py, (N-1)^2/N * mean of the off-diagonal K_ij^2, about N times stronger at "
+                               "the same beta", choices=FORMS)
+
+
+METHODS = [MethodDecl("feddecorr", "Shi, Liang, Zhang, Tan and Bai, ICLR 2023 (FedDecorr)", FEDAVG_STRATEGY,
+                      "client_app.trainers.feddecorr:FedDecorrTrainer", config=FedDecorrConfig)]
