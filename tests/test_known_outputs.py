@@ -60,3 +60,17 @@ def test_the_tolerant_check_catches_a_one_line_change_of_the_math(tmp_path, monk
     changed = run_job(spec["run_config"], tmp_path / "changed")
     problems = compare_sketch(spec["sketch"], changed.sketch, TOLERANCE["tensor"])
     assert len(problems) == len(spec["sketch"]), problems   # every tensor of the model moved
+
+
+def test_every_declared_method_has_a_job_that_is_not_fedavgs():
+    """docs/ADDING_A_METHOD.md step 4: a new declaration needs its known-output job (``python -m tests.known_outputs
+    <name>``), and that job must exercise the method: its final parameters differ from FedAvg's job (a default
+    that leaves the mechanism idle in the tiny federation gets an override in PER_JOB)."""
+    from flcore.methods import declarations
+
+    fedavg = JOBS["fedavg"]["sha256"].split(":")[0]
+    for decl in declarations():
+        assert decl.name in JOBS, f"no known-output job for '{decl.name}': run python -m tests.known_outputs {decl.name}"
+        assert JOBS[decl.name]["run_config"]["method"] == decl.name
+        if decl.name != "fedavg":
+            assert JOBS[decl.name]["sha256"].split(":")[0] != fedavg, f"'{decl.name}' job ends at FedAvg's parameters"
