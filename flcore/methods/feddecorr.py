@@ -8,9 +8,11 @@ with K the d x d correlation matrix of the batch's representations after z-scori
 over the batch. The representation is the one the linear classifier reads (the authors' networks return the
 pooled features before ``classifier``; here the backbone output ``model.features(x)``).
 
-What was read, and where (with the search tool): the paper's abstract and introduction (arxiv.org/html/2210.00226v5),
-and the authors' code (repository bytedance/FedDecorr): ``loss.py`` (``FedDecorrLoss``), ``approach/fedavg.py``
-(``--feddecorr_coef`` default and the call on the features the network returns) and ``run_scripts/*_feddecorr.sh``.
+What was read, and where (with the search tool): the paper's abstract and introduction
+(arxiv.org/html/2210.00226v5; the body, with Sec. 4's numbered equations, was not reachable there, so the form
+above is the one the issue-34 brief states, checked against the code) and the authors' code (repository
+bytedance/FedDecorr): ``loss.py`` (``FedDecorrLoss``), ``approach/fedavg.py`` (``--feddecorr_coef`` default and
+the call on the features the network returns) and ``run_scripts/*_feddecorr.sh``.
 The code computes its term differently from the equation: it standardises with the unbiased variance plus eps,
 takes only the off-diagonal entries of Z^T Z (= (N-1) K), averages their squares over d(d-1) and divides by N,
 i.e. (N-1)^2/N * mean_{i != j} K_ij^2. Since K_ii = 1, that is (N-1)^2 d / (N (d-1)) * (L_FedDecorr - 1/d):
