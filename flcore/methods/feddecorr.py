@@ -21,7 +21,7 @@ the same minimiser and the same gradient direction, about N times larger. ``fedd
 
 from dataclasses import dataclass
 
-from flcore.registry import FEDAVG_STRATEGY, MethodDecl
+from flcore.declaration import FEDAVG_STRATEGY, MethodDecl
 from flcore.schema import Section, param
 
 FORMS = ("paper", "code")
