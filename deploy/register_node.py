@@ -4,7 +4,7 @@
     python -m deploy.register_node certs/keys/supernode-3.pub 3 prod --bindings /state/superlink/node-bindings.json
 
 runs ``flwr supernode register KEY CONNECTION`` (FLWR_HOME as for the flwr CLI), reads the node id Flower
-assigned to the key and adds ``node id -> client id`` to the bindings table (strategies/node_bindings.py),
+assigned to the key and adds ``node id -> client id`` to the bindings table (flcore/node_bindings.py),
 which the ServerApp reads from ``NODE_BINDINGS`` on the SuperLink host: run this there (connection to the
 SuperLink's loopback port) or copy the table there. A client id or key that is already bound is refused
 (unbind it first with ``--unbind CLIENT_ID`` after ``flwr supernode unregister``).
@@ -21,7 +21,7 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
-from strategies.node_bindings import Binding, load, write  # noqa: E402
+from flcore.node_bindings import Binding, load, write  # noqa: E402
 
 REGISTERED = re.compile(r"SuperNode (\d+) registered successfully")
 

@@ -10,7 +10,7 @@ Clients are keyed by their *stable id* (partition id or node-config ``client-id`
 id, which is random and changes when a node re-registers. Nodes announce id, data size and class counts in a
 ``query`` exchange; a failed registration is retried with back-off. Sampling is seeded.
 
-Who may hold an id: with node bindings (``NODE_BINDINGS``, strategies/node_bindings.py: the operator bound
+Who may hold an id: with node bindings (``NODE_BINDINGS``, flcore/node_bindings.py: the operator bound
 each registered node key, i.e. its node id, to one client id) a node is accepted only under the id its key
 owns; any other claim is refused and recorded (kind ``identity-mismatch``), whoever came first, and the
 owner takes its id even when another node held it. Without bindings a second node claiming an id that a
@@ -30,9 +30,8 @@ import numpy as np
 from flwr.app import RecordDict
 from flwr.serverapp import Grid
 
+from flcore import node_bindings
 from flcore.config import RunConfig
-
-from strategies import node_bindings
 from strategies.exchange import ExchangeResult, Failure, exchange
 
 log = logging.getLogger("noniid_fl")

@@ -1,7 +1,7 @@
 """A fleet that survives hostile and broken peers (issue 32): the hostile-fleet suite.
 
 Loopback only, bounded in counts and times. Fast tests: the body-limit derivation (deploy/body_limits.py) and
-the node-binding table (strategies/node_bindings.py, deploy/register_node.py). Slow tests share one federation
+the node-binding table (flcore/node_bindings.py, deploy/register_node.py). Slow tests share one federation
 of real processes (deploy/localfed.py): a SuperLink (TLS, SuperNode authentication, TUNED with a SuperExec
 secret) behind the real proxy (deploy/proxy.sh: three nginx instances) whose body limits are derived for the
 run's model, and SuperNodes started through deploy/supernode.sh. Attackers connect from other loopback
@@ -199,7 +199,7 @@ KEY = "ecdsa-sha2-nistp384 AAAAE2VjZHNhLXNoYTItbmlzdHAzODQ"
 
 
 def test_node_bindings_are_validated_and_written_atomically(tmp_path: Path) -> None:
-    from strategies import node_bindings as nb
+    from flcore import node_bindings as nb
 
     table = tmp_path / "b.json"
     nb.write(table, [nb.Binding(11, 0, KEY + "A"), nb.Binding(22, 1, KEY + "B")])
@@ -259,7 +259,7 @@ def _register(monkeypatch: pytest.MonkeyPatch, reg: Any, claims: list[tuple[int,
 
 def test_a_node_gets_only_the_client_id_its_key_owns_whoever_comes_first(tmp_path: Path,
                                                                          monkeypatch: pytest.MonkeyPatch) -> None:
-    from strategies import node_bindings as nb
+    from flcore import node_bindings as nb
 
     # without bindings: the first live claim wins and the genuine owner is refused (the issue's attack)
     monkeypatch.delenv(nb.ENV, raising=False)
