@@ -6,7 +6,9 @@ layering
                     -> models | data_partitioning -> flcore
 
 (a package imports its own modules and those of the layers below it; the server/client seam between strategies
-and client_app is tests/test_method_contract.py's).
+and client_app is tests/test_method_contract.py's). The sibling packages in ``APART`` import none of each
+other's modules either: what two of them share lives below them (the node-binding table that the server's client
+registry reads and deploy/register_node.py writes is flcore/node_bindings.py).
 
 The graph also holds the imports made through importlib, which no import statement shows (:func:`dynamic_imports`):
 flcore.methods loads every declaration module of its ``MODULES``; a module that calls ``flcore.registry.resolve`` on
@@ -29,6 +31,7 @@ LAYERS: tuple[tuple[str, ...], ...] = (("cli", "benchmarks"), ("experiments",), 
                                        ("strategies", "client_app", "deploy"), ("models", "data_partitioning"),
                                        ("flcore",))
 LAYER = {pkg: depth for depth, pkgs in enumerate(LAYERS) for pkg in pkgs}  # 0: the top
+APART: frozenset[str] = frozenset({"strategies", "client_app", "deploy"})  # siblings that never import each other
 
 
 def module_files(root: Path = ROOT) -> dict[str, Path]:
@@ -182,6 +185,12 @@ def upward(graph: dict[str, frozenset[str]]) -> list[str]:
                   if LAYER[o.split(".")[0]] < LAYER[m.split(".")[0]])
 
 
+def sideways(graph: dict[str, frozenset[str]], apart: frozenset[str] = APART) -> list[str]:
+    """Every import between two different packages of ``apart`` (siblings of one layer), as 'importer -> imported'."""
+    return sorted(f"{m} -> {o}" for m, outs in graph.items() for o in outs
+                  if (a := m.split(".")[0]) in apart and (b := o.split(".")[0]) in apart and a != b)
+
+
 # ---------------------------------------------------------------------------------------- the checks themselves
 def test_the_graph_sees_every_kind_of_import(tmp_path):
     """The reader finds imports at module level and inside functions, plain, from-, relative and submodule
@@ -205,6 +214,20 @@ def test_the_graph_sees_every_kind_of_import(tmp_path):
     assert upward(graph) == ["server_app.app -> engines.grid"]
 
 
+def test_sideways_imports_among_the_apart_siblings_are_found():
+    """An import from deploy into strategies (what register_node.py did before the binding table moved to
+    flcore) is found, in either direction and at any depth; imports within a package, downward, or between
+    siblings of a layer not in APART are not."""
+    assert set(LAYERS[LAYER["strategies"]]) == APART  # the whole layer: every pair of its packages
+    graph = {"deploy.register_node": frozenset({"strategies.node_bindings", "flcore.node_bindings"}),
+             "strategies.client_registry": frozenset({"strategies.exchange", "flcore.node_bindings"}),
+             "client_app.trainers.base": frozenset({"deploy.tuned", "models.heads"}),
+             "models.heads": frozenset({"data_partitioning.stats"})}
+    assert sideways(graph) == ["client_app.trainers.base -> deploy.tuned",
+                               "deploy.register_node -> strategies.node_bindings"]
+    assert upward(graph) == []  # sideways is not upward: the layering test alone let these through
+
+
 def test_the_layering_covers_every_package():
     """Every top-level Python package of the project has a layer (a new package must be placed)."""
     packages = {p.parent.name for p in ROOT.glob("*/__init__.py")} - {"tests"}
@@ -219,6 +242,12 @@ def test_no_import_cycle_among_the_project_modules():
 
 def test_no_import_runs_upward_against_the_layering():
     assert upward(import_graph()) == []
+
+
+def test_no_import_runs_sideways_between_strategies_client_app_and_deploy():
+    graph = import_graph()
+    assert "flcore.node_bindings" in graph["deploy.register_node"] & graph["strategies.client_registry"]
+    assert sideways(graph) == []
 
 
 @pytest.mark.parametrize("importer, imported", [("server_app.app", "engines"), ("flcore.paper_presets", "flcore.presets"),
