@@ -6,10 +6,15 @@ compares it with what is installed, and describes the running stack for results.
 
     python -m flcore.stack            # the running stack as JSON
     python -m flcore.stack --check    # exit 1 and list the differences when the installed stack is not the lock
+    python -m flcore.stack --find-commit DIGEST [--since REV]   # the commits whose code has a run's code digest
+
+The stack also names the code that ran (``code``: flcore/code_digest.py's content digest, which a copy of the tree
+without its git history keeps) and, in a checkout, the commit, its tree and whether the code is the commit's.
 """
 
 from __future__ import annotations
 
+import argparse
 import functools
 import hashlib
 import json
@@ -22,6 +27,8 @@ from dataclasses import dataclass
 from importlib import metadata
 from pathlib import Path
 from typing import Any
+
+from flcore.code_digest import CommitDigester, combine, content_hashes, find_commits, read_code
 
 ROOT = Path(__file__).resolve().parent.parent
 LOCK_FILE = ROOT / "requirements.lock"
@@ -98,19 +105,30 @@ def lock_differences(locked: dict[str, Locked], installed: dict[str, str]) -> li
     return diffs
 
 
-def git_state(root: Path = ROOT) -> dict[str, Any] | None:
-    """The checkout's commit and whether tracked or unignored files differ from it (None outside a checkout,
-    e.g. under `flwr run`, whose app is unpacked from a FAB)."""
+def git_state(root: Path = ROOT, code: tuple[dict[str, bytes], bytes | None] | None = None) -> dict[str, Any] | None:
+    """The checkout's commit, its tree and whether tracked or unignored files differ from it (None outside a
+    checkout, e.g. under `flwr run`, whose app is unpacked from a FAB); given the code read from disk
+    (flcore.code_digest.read_code), also whether that code differs from the commit's (``code_dirty``: e.g. a copy
+    of one commit's tree next to another commit's .git)."""
     if not (root / ".git").exists():
         return None
     try:
-        commit = subprocess.run(["git", "-C", str(root), "rev-parse", "HEAD"], capture_output=True, text=True,
-                                timeout=10, check=True).stdout.strip()
+        commit, tree = subprocess.run(["git", "-C", str(root), "rev-parse", "HEAD", "HEAD^{tree}"], capture_output=True,
+                                      text=True, timeout=10, check=True).stdout.split()
         status = subprocess.run(["git", "-C", str(root), "status", "--porcelain"], capture_output=True, text=True,
                                 timeout=10, check=True).stdout
-    except (OSError, subprocess.SubprocessError):
+        out: dict[str, Any] = {"commit": commit, "tree": tree, "dirty": bool(status.strip())}
+        if code is not None:
+            out["code_dirty"] = not CommitDigester(root).same_code(commit, *code)
+    except (OSError, subprocess.SubprocessError, RuntimeError, ValueError):
         return None
-    return {"commit": commit, "dirty": bool(status.strip())}
+    return out
+
+
+def code_state(code: tuple[dict[str, bytes], bytes | None]) -> dict[str, Any]:
+    """``{"digest", "files"}`` of the code read from disk (flcore/code_digest.py defines both)."""
+    hashes = content_hashes(*code)
+    return {"digest": combine(hashes), "files": len(hashes)}
 
 
 def _torch_facts() -> dict[str, Any]:
@@ -169,6 +187,9 @@ def _lock_state(installed: dict[str, str]) -> dict[str, Any]:
 def _static_stack() -> dict[str, Any]:
     installed = installed_versions()
     lock = _lock_state(installed)
+    # the code that runs, when it runs from a source tree (a checkout, a copy of one, an unpacked FAB); an installed
+    # copy in site-packages has no pyproject.toml beside it, and every other top-level package there is not ours
+    code = read_code(ROOT) if (ROOT / "pyproject.toml").is_file() else None
     return {
         "python": platform.python_version(),
         "implementation": platform.python_implementation(),
@@ -176,14 +197,16 @@ def _static_stack() -> dict[str, Any]:
         "machine": platform.machine(),
         "packages": {name: installed.get(name) for name in STACK_PACKAGES},
         "lock": lock,
-        "git": git_state(),
+        "code": code_state(code) if code is not None else None,
+        "git": git_state(ROOT, code),
     }
 
 
 def stack_info() -> dict[str, Any]:
     """The running stack: python, the STACK_PACKAGES versions, CUDA/cuDNN and device, the deterministic
-    settings, the lock (matches or the differences) and the git commit (and whether the tree was dirty).
-    Versions and commit are read once per process; torch's thread and determinism settings at each call."""
+    settings, the lock (matches or the differences), the code's digest and the git commit (its tree, whether
+    the tree was dirty and whether the code is the commit's). Versions, code and commit are read once per
+    process; torch's thread and determinism settings at each call."""
     return {**_static_stack(), **_torch_facts()}
 
 
@@ -204,20 +227,41 @@ def describe(stack: dict[str, Any] | None) -> str:
     git = stack.get("git")
     if git:
         parts.append(f"commit {git['commit'][:10]}" + (" (dirty tree)" if git.get("dirty") else ""))
+    code = stack.get("code")
+    if code:  # results written before the stack named its code have none
+        parts.append(f"code {code['digest']}" + (" (not the commit's code)" if git and git.get("code_dirty") else ""))
     return ", ".join(parts)
 
 
 def main(argv: list[str] | None = None) -> int:
-    args = sys.argv[1:] if argv is None else argv
-    if args == ["--check"]:
+    parser = argparse.ArgumentParser(prog="python -m flcore.stack", description="The running stack as JSON.")
+    mode = parser.add_mutually_exclusive_group()
+    mode.add_argument("--check", action="store_true", help="exit 1 and list how the installed stack differs from "
+                      "requirements.lock")
+    mode.add_argument("--find-commit", metavar="DIGEST", help="print the commits of HEAD's history whose code has "
+                      "this code digest (a results.json's stack.code.digest; a prefix of 4+ hex digits will do)")
+    parser.add_argument("--since", metavar="REV", help="with --find-commit: walk the commits after REV and REV "
+                        "itself (default: the last 300)")
+    args = parser.parse_args(sys.argv[1:] if argv is None else argv)
+    if args.since and not args.find_commit:
+        parser.error("--since goes with --find-commit")
+    if args.check:
         diffs = lock_differences(read_lock(), installed_versions())
         for line in diffs:
             print(line)
         print("installed stack == requirements.lock" if not diffs else f"{len(diffs)} difference(s) from requirements.lock")
         return 1 if diffs else 0
-    if args:
-        print("usage: python -m flcore.stack [--check]", file=sys.stderr)
-        return 2
+    if args.find_commit:
+        try:
+            found, walked = find_commits(ROOT, args.find_commit, args.since)
+        except (ValueError, RuntimeError) as exc:
+            parser.exit(2, f"{parser.prog}: {exc}\n")
+        for commit in found:
+            print(subprocess.run(["git", "-C", str(ROOT), "log", "-1", "--format=%H %cs %s", commit],
+                                 capture_output=True, text=True, check=True).stdout.strip())
+        if not found:
+            print(f"no commit among the {walked} walked has code digest {args.find_commit}", file=sys.stderr)
+        return 0 if found else 1
     print(json.dumps(stack_info(), indent=1))
     return 0
 

@@ -11,7 +11,8 @@ results.json = {
             "total_bytes_sent", "total_failures", "num_clients"},
   "stack": {python, packages {flwr, torch, torchvision, numpy, scipy, cvxpy, clarabel, ray, scikit-learn},
             torch_cuda, cudnn, device, cpu_capability, deterministic {...}, lock {matches, digest, differences},
-            git {commit, dirty}, ...}   (flcore.stack.stack_info, read when the run starts)
+            code {digest, files}, git {commit, tree, dirty, code_dirty}, ...}
+            (flcore.stack.stack_info, read when the run starts; code: flcore/code_digest.py)
 }
 """
 

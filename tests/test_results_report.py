@@ -21,6 +21,19 @@ def test_stacks_line_counts_runs_per_stack():
     runs = {"a": [_doc(0.5, 0.6, STACK), _doc(0.5, 0.6, STACK)], "b": [_doc(0.5, 0.6)]}
     line = stacks_line(runs)
     assert line == (f"Stack: {describe(STACK)} (2 runs); {describe(None)} (1 run).")
+    assert line == ("Stack: python 3.11.7, torch 2.14.1, the lock (d1), commit ffffffffff (2 runs); stack not recorded "
+                    "(result written before results named their stack) (1 run).")  # as before the code digest
+
+
+def test_stacks_line_names_the_code_that_ran():
+    """A run that records its code digest (on the lent GPU machine: a copy of one commit's tree beside another
+    commit's .git) is told apart from the older runs of the same commit, which render as before."""
+    coded = {**STACK, "git": {**STACK["git"], "dirty": True, "code_dirty": True},
+             "code": {"digest": "4d643635a26aacd3", "files": 187}}
+    line = stacks_line({"a": [_doc(0.5, 0.6, coded)], "b": [_doc(0.5, 0.6, STACK)]})
+    assert line == ("Stack: python 3.11.7, torch 2.14.1, the lock (d1), commit ffffffffff (1 run); "
+                    "python 3.11.7, torch 2.14.1, the lock (d1), commit ffffffffff (dirty tree), "
+                    "code 4d643635a26aacd3 (not the commit's code) (1 run).")
 
 
 def test_paper_table_sets_ours_beside_the_papers_values():

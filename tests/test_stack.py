@@ -109,6 +109,13 @@ def test_describe_is_one_line_per_stack():
     assert describe({**stack, "lock": {"matches": False, "differences": ["x", "y"]}, "git": None}).endswith(
         "NOT the lock (2+ differences)")
     assert describe(None).startswith("stack not recorded")
+    # a result that records its code (flcore/code_digest.py) names it; one written before renders as before
+    coded = {**stack, "code": {"digest": "0123abcd0123abcd", "files": 187}, "git": {**stack["git"], "code_dirty": True}}
+    assert describe(coded) == describe(stack) + ", code 0123abcd0123abcd (not the commit's code)"
+    clean = {**coded, "git": {**stack["git"], "code_dirty": False}}
+    assert describe(clean) == describe(stack) + ", code 0123abcd0123abcd"
+    assert describe({**coded, "git": None}).endswith("the lock (abc), code 0123abcd0123abcd")  # e.g. from a FAB
+    assert describe({**stack, "code": None}) == describe(stack)  # run from an installed copy: no source tree
 
 
 def test_a_run_records_its_stack_and_commit(tmp_path):
@@ -123,6 +130,7 @@ def test_a_run_records_its_stack_and_commit(tmp_path):
     assert doc["stack"]["packages"] == stack_info()["packages"]
     assert doc["stack"]["lock"]["digest"] == lock_digest(read_lock())
     assert doc["stack"]["git"] == stack_info()["git"]
+    assert doc["stack"]["code"] == stack_info()["code"] and len(doc["stack"]["code"]["digest"]) == 16
 
 
 def test_docs_state_the_locked_flwr_version():
