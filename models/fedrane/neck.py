@@ -176,7 +176,9 @@ class LRANeck(nn.Module):
             raise RuntimeError("LRA dropout (fedrane.lra-dropout > 0) in training needs the trainer's seeded "
                                "generator on neck.generator")
         keep = torch.rand(h.shape, generator=self.generator, device=self.generator.device) >= p
-        return h * keep.to(h.device, h.dtype) / (1.0 - p)
+        # non-blocking: the mask is drawn on the generator's device (the CPU); a blocking copy to a GPU would
+        # wait for the device's queue every step
+        return h * keep.to(h.device, non_blocking=True).to(h.dtype) / (1.0 - p)
 
     def augment(self, z: torch.Tensor) -> torch.Tensor:
         """Z_hat = h^L for a minibatch, whose rows are the graph's nodes (training, transductive)."""
