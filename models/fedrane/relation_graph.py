@@ -176,8 +176,7 @@ def neighbour_mask(a: torch.Tensor, topk: int = 0, cut: str = "none") -> torch.T
         candidates = a.masked_fill(~mask, float("-inf"))
         thresh = torch.topk(candidates, topk, dim=-1).values[..., -1:]
         mask &= candidates >= thresh
-    lonely = ~mask.any(dim=-1)
-    return mask | (diag & lonely.unsqueeze(-1))
+    return with_lonely_loops(mask)
 
 
 def graph_density(mask: torch.Tensor) -> torch.Tensor:
@@ -213,8 +212,16 @@ def mask_of_alive(alive: torch.Tensor) -> torch.Tensor:
     (its centred features are), i.e. exactly where ``p_ii`` > 0."""
     n = alive.shape[-1]
     mask = alive.unsqueeze(-1) & alive.unsqueeze(-2) & off_diagonal(n, alive.device)
+    return with_lonely_loops(mask)
+
+
+def with_lonely_loops(mask: torch.Tensor) -> torch.Tensor:
+    """``mask`` (..., n, n, diagonal all False, a fresh tensor: written in place) with a self-loop for each node
+    that has no neighbour, so that its attention softmax is defined: ``mask | (eye & lonely)``, by writing the
+    diagonal (fewer operations than the or of an (n, n) product)."""
     lonely = ~mask.any(dim=-1)
-    return mask | (eye(n, torch.bool, alive.device) & lonely.unsqueeze(-1))
+    torch.diagonal(mask, dim1=-2, dim2=-1).copy_(lonely)
+    return mask
 
 
 def uses_complete_graph(cfg: FedRANEConfig) -> bool:
