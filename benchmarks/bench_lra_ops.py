@@ -109,7 +109,10 @@ def round_ops(overrides: dict[str, Any], clients: int) -> tuple[int, int]:
     from server_app.runner import run_federation
     from tests.fakegrid import FakeGrid
 
+    from models.fedrane.neck import clear_constants
+
     cfg = RunConfig.from_dict(resolve_run_config(overrides))
+    clear_constants()   # every counted round builds its cached constants once (the step count is a difference)
     with OpCounter() as counter:
         run_federation(FakeGrid(clients), cfg)
     return counter.count, counter.syncs
@@ -122,10 +125,12 @@ def eval_ops(n: int, clients: int, extra: dict[str, Any]) -> dict[str, Any]:
     from flcore.config import RunConfig, resolve_run_config
     from models import build_model
     from models.evaluation import eval_support_size, evaluate, set_eval_support
+    from models.fedrane.neck import clear_constants
 
     out = {}
     for label, over in PROBE.items():
         cfg = RunConfig.from_dict(resolve_run_config({"preset": PRESET, **extra, **over}))
+        clear_constants()
         x, y = (torch.as_tensor(a)[:n] for a in global_test_set(cfg, clients))
         model = build_model(cfg, tuple(x.shape[1:]), 10)
         size = eval_support_size(model)
