@@ -350,5 +350,9 @@ def test_the_gpu_step_benchmark_restores_the_old_per_step_reads_only_in_its_befo
         assert stats.steps == 2
     assert syncs == {"before": 6, "after": 0}
     assert losses["before"] == losses["after"]
+    fedavg = make_trainer("fedavg", 2, torch.device("cpu"))
+    with OpCounter() as counter:
+        stats = fedavg.fit()
+    assert counter.syncs == 0 and stats.steps == 2     # the one local loop reads nothing per step either
     seconds, steps = timed_fit(make_trainer("fedavg", 1, torch.device("cpu")), torch.device("cpu"))
     assert steps == 1 and seconds > 0
