@@ -73,10 +73,25 @@ class OptimConfig:
 
 @dataclass
 class TrainStats:
+    """Counts of one local training call. The loss sum stays on the loss's device (a float64 scalar tensor):
+    adding the float32 loss into it is the same IEEE double addition as ``float(loss)`` summed in Python, without
+    a host synchronisation per step; :attr:`loss_sum` reads it once."""
+
     steps: int = 0
     num_examples: int = 0
-    loss_sum: float = 0.0
     extra: dict[str, float] = field(default_factory=dict)
+    _loss: torch.Tensor | None = field(default=None, repr=False)
+
+    @torch.no_grad()
+    def add_loss(self, loss: torch.Tensor) -> None:
+        """Add one step's loss (a scalar tensor) to the running sum, on its device."""
+        if self._loss is None:
+            self._loss = torch.zeros((), dtype=torch.float64, device=loss.device)
+        self._loss.add_(loss)
+
+    @property
+    def loss_sum(self) -> float:
+        return float(self._loss) if self._loss is not None else 0.0
 
     @property
     def mean_loss(self) -> float:
@@ -87,7 +102,7 @@ def minibatches(x: torch.Tensor, y: torch.Tensor, batch_size: int, generator: to
                 shuffle: bool = True) -> Iterator[tuple[torch.Tensor, torch.Tensor]]:
     n = x.shape[0]
     order = torch.randperm(n, generator=generator) if shuffle else torch.arange(n)
-    order = order.to(x.device)
+    order = order.to(x.device, non_blocking=True)  # from pageable memory: no wait for the stream
     for start in range(0, n, batch_size):
         idx = order[start:start + batch_size]
         yield x[idx], y[idx]
@@ -138,7 +153,7 @@ def local_train(model: nn.Module, x: torch.Tensor, y: torch.Tensor, cfg: OptimCo
                 term.after_step(model, step)
             stats.steps += 1
             stats.num_examples += int(xb.shape[0])
-            stats.loss_sum += float(loss.detach())
+            stats.add_loss(loss)
             if cfg.max_steps and stats.steps >= cfg.max_steps:
                 done = True
                 break

@@ -26,14 +26,17 @@ def evaluate(model: nn.Module, x: torch.Tensor, y: torch.Tensor, batch_size: int
     n = int(x.shape[0])
     if n == 0:
         return float("nan"), float("nan")
-    loss_sum, correct = 0.0, 0
+    # running sums on the device (float64 loss: the same IEEE additions as Python's float sum; int64 count), read
+    # once at the end: no host synchronisation per batch
+    loss_sum = torch.zeros((), dtype=torch.float64, device=x.device)
+    correct = torch.zeros((), dtype=torch.int64, device=x.device)
     with torch.no_grad():
         for start in range(0, n, batch_size):
             xb, yb = x[start:start + batch_size], y[start:start + batch_size]
             logits = forward(model, xb) if forward is not None else model(xb)
-            loss_sum += float(F.cross_entropy(logits, yb, reduction="sum"))
-            correct += int((logits.argmax(1) == yb).sum())
-    return loss_sum / n, correct / n
+            loss_sum.add_(F.cross_entropy(logits, yb, reduction="sum"))
+            correct.add_((logits.argmax(1) == yb).sum())
+    return float(loss_sum) / n, int(correct) / n
 
 
 def _support_modules(model: nn.Module) -> list[nn.Module]:

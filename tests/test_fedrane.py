@@ -227,3 +227,54 @@ def test_fedrane_simulation_learns(tmp_path):
         assert 0 < s["lra-graph-density-mean"] < 1 and 0 < s["lra-eval-graph-density-mean"] < 1
     assert rounds[-1]["global_accuracy"] > 0.2          # well above chance (0.1) after 3 rounds
     assert rounds[-1]["global_loss"] < rounds[0]["global_loss"]
+
+
+# ------------------------------------------------------------------------------------------ host synchronisations
+@pytest.mark.parametrize("method", ["fedrane", "fedrane-code"])
+def test_a_local_step_makes_no_host_synchronisation_and_the_running_means_equal_pythons_sums(method, monkeypatch):
+    """On a GPU each float(t) / bool(t) / .item() of a step stalls the host until the device's queue drains.
+    Before this change a FedRANE step made 3 (the loss, the L_CD mean, the graph density), a fedrane-code
+    step 5 (+ the mixup term, a second graph); now the running sums stay on the device (benchmarks/bench_lra_ops
+    counts them: ``syncs_per_step``). The values read once at the end are Python's float sums bit for bit.
+    On the complete graph (lra-cut none: the fmnist presets, fedrane-code's default); the SLIM solve of the
+    row-mean cut keeps its data-dependent stops (convergence of the alternation, the Cholesky fallback)."""
+    from benchmarks.bench_lra_ops import OpCounter
+    from client_app import training
+    from client_app.trainers import fedrane as trainer_module
+
+    c = cfg(method=method, local_epochs=2, **({"fedrane.lra-cut": "none"} if method == "fedrane" else {}))
+    counts = {}
+    for epochs in (1, 2):
+        trainer = LRATrainer(job(RunConfig.from_dict({**c.to_dict(), "local-epochs": epochs}),
+                                 build_model(c, (1, 8, 8), 10)))
+        trainer.neck.generator = trainer.job.generator
+        with OpCounter() as counter:
+            stats = trainer.fit()
+        counts[epochs] = (counter.count, counter.syncs, stats.steps)
+    assert counts[1][2] == 3 and counts[2][2] == 6
+    assert counts[2][0] > counts[1][0] > 0           # three more steps: more operations...
+    assert counts[1][1] == counts[2][1] == 0         # ...and no host synchronisation in any step
+
+    seen: dict[str, list[float]] = {"loss": [], "terms": []}
+    add_loss, add_term = training.TrainStats.add_loss, trainer_module.RunningMean.add
+    monkeypatch.setattr(training.TrainStats, "add_loss",
+                        lambda self, loss: (seen["loss"].append(float(loss)), add_loss(self, loss))[1])
+    monkeypatch.setattr(trainer_module.RunningMean, "add",
+                        lambda self, v: (seen["terms"].append(float(v)), add_term(self, v))[1])
+    trainer = LRATrainer(job(c, build_model(c, (1, 8, 8), 10)))
+    trainer.neck.generator = trainer.job.generator
+    stats = trainer.fit()
+    python_sum = 0.0
+    for v in seen["loss"]:
+        python_sum += v
+    assert stats.loss_sum == python_sum and len(seen["loss"]) == 6
+    terms = [trainer.cd_term] + ([trainer.mixup] if trainer.mixup is not None else [])
+    values = iter(seen["terms"])                     # per step: L_CD, then the mixup term (fedrane-code)
+    sums = [0.0] * len(terms)
+    for _ in range(6):
+        for i in range(len(terms)):
+            sums[i] += next(values)
+    assert [t.running.mean() for t in terms] == [s / 6 for s in sums]
+    with OpCounter() as counter:
+        trainer.extra_metrics(stats)
+    assert counter.syncs == len(terms) + 1           # each running sum, and the graph density, read once here

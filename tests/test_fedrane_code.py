@@ -217,9 +217,20 @@ def test_the_operation_count_benchmark_counts_dispatched_operations_and_reports_
     with OpCounter() as counter:
         a = torch.ones(3)
         (a + a).sum()
-    assert counter.count == 3  # ones, add, sum
+    assert counter.count == 3 and counter.syncs == 0  # ones, add, sum: nothing read to the host
+    with OpCounter() as counter:
+        a = torch.ones(3)
+        b = a.sum()
+        float(b), bool(b > 0), b.item(), int(b)    # scalar reads: 4
+        a[a > 0], torch.nonzero(a)                 # shapes that depend on the values: 2
+        a.tolist(), a.numpy(), a.cpu()             # host copies (no-ops on a CPU tensor, counted): 3
+        a[torch.tensor([0, 2])]                    # integer indexing: no synchronisation
+    assert counter.syncs == 9
+    assert torch.Tensor.cpu is torch._C.TensorBase.cpu   # the counted methods are restored on exit
     res = {"written": "2026-11-27 10:39:30", "preset": "fedrane-fmnist-dir01", "clients": 2, "steps": [2, 6],
            "batch_size": 128, "per_step": {"fedavg": 74.0, "fedrane": 222.0},
            "eval": {"fedavg (no neck)": {"images": 256, "ops": 21}, "complete": {"images": 256, "ops": 107}}}
     text = report(res)
-    assert "| fedrane | 222 | 3.0 |" in text and "| complete | 107 | 5.1 |" in text and "B = 128" in text
+    assert "| fedrane | 222 | 3.0 | not counted |" in text and "| complete | 107 | 5.1 |" in text and "B = 128" in text
+    text = report({**res, "per_step": {"fedavg": 73.0, "fedrane": 204.0}, "syncs_per_step": {"fedavg": 0.0, "fedrane": 0.0}})
+    assert "| fedrane | 204 | 2.8 | 0 |" in text

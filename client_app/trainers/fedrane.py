@@ -29,6 +29,27 @@ from models.evaluation import eval_support
 from models.fedrane.neck import LRANeck, contrastive_discrimination
 
 
+class RunningMean:
+    """The mean of a loss term over the steps, kept on the device: each value is added in float64 to a scalar
+    tensor (the same IEEE double additions as summing ``float(value)`` in Python), read once by :meth:`mean`, so
+    a step costs no host synchronisation."""
+
+    def __init__(self) -> None:
+        self.sum: torch.Tensor | None = None
+        self.count = 0
+
+    @torch.no_grad()
+    def add(self, value: torch.Tensor) -> None:
+        if self.sum is None:
+            self.sum = torch.zeros((), dtype=torch.float64, device=value.device)
+        self.sum.add_(value)
+        self.count += 1
+
+    def mean(self) -> float:
+        """sum / count (0.0 before any value)."""
+        return float(self.sum) / self.count if self.count else 0.0
+
+
 class ContrastiveTerm(LossTerm):
     """lambda_CD * L_CD(Z, Z_hat) for the minibatch the trainer's forward just produced (``z_hat``).
 
@@ -40,8 +61,7 @@ class ContrastiveTerm(LossTerm):
         self.neck = neck
         self.z_hat: torch.Tensor | None = None
         self.mixed: tuple[torch.Tensor, torch.Tensor] | None = None   # (Z_mix, Z_mix_hat) with mixup
-        self.sum = 0.0
-        self.count = 0
+        self.running = RunningMean()
 
     def loss(self, model: nn.Module, step: Step) -> torch.Tensor | None:
         cfg = self.neck.cfg
@@ -51,8 +71,7 @@ class ContrastiveTerm(LossTerm):
             return None  # a batch of one has no negatives
         cd = contrastive_discrimination(step.features, z_hat, cfg.lra_tau, cfg.lra_cd_symmetric,
                                         cfg.lra_cd_similarity)
-        self.sum += float(cd.detach())
-        self.count += 1
+        self.running.add(cd)
         if mixed is not None:
             cd = cd + contrastive_discrimination(mixed[0], mixed[1], cfg.lra_tau, cfg.lra_cd_symmetric,
                                                  cfg.lra_cd_similarity)
@@ -65,8 +84,7 @@ class MixupTerm(LossTerm):
     def __init__(self, weight: float) -> None:
         self.weight = weight
         self.pending: tuple[torch.Tensor, torch.Tensor, torch.Tensor, float] | None = None
-        self.sum = 0.0
-        self.count = 0
+        self.running = RunningMean()
 
     def loss(self, model: nn.Module, step: Step) -> torch.Tensor | None:
         pending, self.pending = self.pending, None
@@ -74,8 +92,7 @@ class MixupTerm(LossTerm):
             return None
         logits, y_a, y_b, lam = pending
         term = lam * F.cross_entropy(logits, y_a) + (1.0 - lam) * F.cross_entropy(logits, y_b)
-        self.sum += float(term.detach())
-        self.count += 1
+        self.running.add(term)
         return self.weight * term
 
 
@@ -83,7 +100,8 @@ def mix_batch(x: torch.Tensor, rng: np.random.Generator, alpha: float) -> tuple[
     """(lam x + (1 - lam) x[perm], perm, lam) with lam ~ Beta(alpha, alpha) and perm uniform (the authors'
     btLoss.py mixup_data)."""
     lam = float(rng.beta(alpha, alpha))
-    perm = torch.as_tensor(rng.permutation(x.shape[0]), device=x.device)
+    # non-blocking: a copy from pageable host memory to a GPU without it waits for the device's queue every step
+    perm = torch.from_numpy(rng.permutation(x.shape[0])).to(x.device, non_blocking=True)
     return lam * x + (1.0 - lam) * x[perm], perm, lam
 
 
@@ -140,10 +158,9 @@ class LRATrainer(Trainer):
         return model.head(self.neck.mix(z, z_hat)), z
 
     def extra_metrics(self, stats: TrainStats) -> dict[str, float | int]:
-        t = self.cd_term
-        out: dict[str, float | int] = {CD_LOSS: t.sum / t.count if t.count else 0.0}
+        out: dict[str, float | int] = {CD_LOSS: self.cd_term.running.mean()}
         if self.mixup is not None:
-            out[MIXUP_LOSS] = self.mixup.sum / self.mixup.count if self.mixup.count else 0.0
+            out[MIXUP_LOSS] = self.mixup.running.mean()
         train = self.neck.stats.pop("train")
         if train is not None:
             out[TRAIN_DENSITY] = train[0]

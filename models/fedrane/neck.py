@@ -31,6 +31,7 @@ The neck counts the density of the graphs it builds (``LRANeck.stats``), for res
 from __future__ import annotations
 
 import math
+from functools import lru_cache
 from typing import Any, Callable
 
 import torch
@@ -41,7 +42,8 @@ from flcore.config import RunConfig
 from flcore.methods.fedrane import FedRANEConfig, rane_config
 from models.heads import make_hyperspherical
 from models.fedrane.graph_attention import GATLayer
-from models.fedrane.relation_graph import graph_density, graph_mask, pearson_matrix, support_graphs
+from models.fedrane.relation_graph import (eye, graph_density, graph_mask, off_diagonal, pearson_matrix,
+                                          support_graphs)
 
 
 # ============================================================================ pure function: the loss
@@ -66,10 +68,25 @@ def contrastive_discrimination(z: torch.Tensor, z_hat: torch.Tensor, tau: float 
         raise ValueError(f"unknown L_CD similarity '{similarity}' (pearson or cosine)")
     logits = (pearson_matrix(zz) if similarity == "pearson" else cosine_matrix(zz)) / tau
     n = 2 * bsz
-    logits = logits.masked_fill(torch.eye(n, dtype=torch.bool, device=z.device), float("-inf"))
-    target = torch.cat([torch.arange(bsz, n), torch.arange(0, bsz)]).to(z.device)
+    logits = logits.masked_fill(eye(n, torch.bool, z.device), float("-inf"))
     rows = n if symmetric else bsz
-    return F.cross_entropy(logits[:rows], target[:rows])
+    return F.cross_entropy(logits[:rows], positives(bsz, rows, z.device))
+
+
+@lru_cache(maxsize=64)
+def positives(bsz: int, rows: int, device: torch.device) -> torch.Tensor:
+    """L_CD's targets for the first ``rows`` anchors of [Z; Z_hat]: row i's positive is row i + B (i < B), row
+    i - B otherwise. A constant per (B, rows, device), made once and never written to."""
+    with torch.inference_mode(False), torch.no_grad():
+        return torch.cat([torch.arange(bsz, 2 * bsz), torch.arange(0, bsz)])[:rows].to(device)
+
+
+def clear_constants() -> None:
+    """Forget the cached constants (eye, off-diagonal masks, L_CD targets): a benchmark that counts a step's
+    operations as the difference of two runs starts both from the same empty caches."""
+    eye.cache_clear()
+    off_diagonal.cache_clear()
+    positives.cache_clear()
 
 
 # ============================================================================ the module
@@ -102,30 +119,35 @@ class GraphStats:
     """Running sums of the graph densities the neck built since the last :meth:`pop` (train and eval apart).
 
     One object per neck for its whole life, so that a pooled client model (client_app/model_pool.py) looks
-    unchanged; whoever reads it pops it.
+    unchanged; whoever reads it pops it. The density sum stays on the graphs' device (a float64 scalar tensor,
+    the same IEEE additions as summing ``float(density.sum())`` in Python) and is read once, by :meth:`mean`:
+    building a graph costs no host synchronisation. The counts come from shapes (Python numbers).
     """
 
     def __init__(self) -> None:
         self.reset()
 
     def reset(self) -> None:
-        self.sums: dict[str, list[float]] = {"train": [0.0, 0.0, 0.0], "eval": [0.0, 0.0, 0.0]}
+        self.sums: dict[str, list[Any]] = {"train": [None, 0.0, 0.0], "eval": [None, 0.0, 0.0]}
 
+    @torch.no_grad()
     def add(self, phase: str, density: torch.Tensor, nodes: int) -> None:
-        """``density``: the density of the counted nodes (one value each); ``nodes``: graph size."""
+        """``density``: the density of the counted nodes (float64, one value each); ``nodes``: graph size."""
         s = self.sums[phase]
-        s[0] += float(density.sum())
+        if s[0] is None:
+            s[0] = torch.zeros((), dtype=torch.float64, device=density.device)
+        s[0].add_(density.sum())
         s[1] += float(density.numel())
         s[2] += float(nodes) * float(density.numel())
 
     def mean(self, phase: str) -> tuple[float, float] | None:
         """(mean density, mean graph size) over the counted nodes, None if none."""
         total, count, nodes = self.sums[phase]
-        return (total / count, nodes / count) if count else None
+        return (float(total) / count, nodes / count) if count else None
 
     def pop(self, phase: str) -> tuple[float, float] | None:
         out = self.mean(phase)
-        self.sums[phase] = [0.0, 0.0, 0.0]
+        self.sums[phase] = [None, 0.0, 0.0]
         return out
 
 
@@ -163,7 +185,9 @@ class LRANeck(nn.Module):
             raise RuntimeError("LRA dropout (fedrane.lra-dropout > 0) in training needs the trainer's seeded "
                                "generator on neck.generator")
         keep = torch.rand(h.shape, generator=self.generator, device=self.generator.device) >= p
-        return h * keep.to(h.device, h.dtype) / (1.0 - p)
+        # non-blocking: the mask is drawn on the generator's device (the CPU); a blocking copy to a GPU would
+        # wait for the device's queue every step
+        return h * keep.to(h.device, non_blocking=True).to(h.dtype) / (1.0 - p)
 
     def augment(self, z: torch.Tensor) -> torch.Tensor:
         """Z_hat = h^L for a minibatch, whose rows are the graph's nodes (training, transductive)."""

@@ -27,6 +27,8 @@ derivative; gradients reach the extractor through message passing and L_CD. It i
 
 from __future__ import annotations
 
+from functools import lru_cache
+
 import torch
 
 from flcore.methods.fedrane import FedRANEConfig
@@ -55,8 +57,23 @@ def _zero_diagonal(b: torch.Tensor) -> torch.Tensor:
     return b
 
 
+@lru_cache(maxsize=64)
+def eye(n: int, dtype: torch.dtype, device: torch.device) -> torch.Tensor:
+    """The (n, n) identity, made once per (n, dtype, device) and shared: a constant, never written to (every
+    caller builds new tensors from it). Built outside inference mode, so that autograd may save it."""
+    with torch.inference_mode(False), torch.no_grad():
+        return torch.eye(n, dtype=dtype, device=device)
+
+
+@lru_cache(maxsize=64)
+def off_diagonal(n: int, device: torch.device) -> torch.Tensor:
+    """``~eye(n)`` as a boolean (n, n) constant, cached as :func:`eye`."""
+    with torch.inference_mode(False), torch.no_grad():
+        return ~eye(n, torch.bool, device)
+
+
 def _eye_like(p: torch.Tensor) -> torch.Tensor:
-    return torch.eye(p.shape[-1], dtype=p.dtype, device=p.device)
+    return eye(p.shape[-1], p.dtype, p.device)
 
 
 def slim_objective(p: torch.Tensor, b: torch.Tensor, lam: float) -> float:
@@ -147,11 +164,11 @@ def neighbour_mask(a: torch.Tensor, topk: int = 0, cut: str = "none") -> torch.T
     attention softmax is defined.
     """
     n = a.shape[-1]
-    eye = torch.eye(n, dtype=torch.bool, device=a.device)
-    mask = (a > 0) & ~eye
+    diag = eye(n, torch.bool, a.device)
+    mask = (a > 0) & off_diagonal(n, a.device)
     if cut == "row-mean":
         if n > 1:
-            off = a.masked_fill(eye, 0.0)
+            off = a.masked_fill(diag, 0.0)
             mask &= off > off.sum(dim=-1, keepdim=True) / (n - 1)
     elif cut != "none":
         raise ValueError(f"unknown lra-cut '{cut}'")
@@ -159,21 +176,20 @@ def neighbour_mask(a: torch.Tensor, topk: int = 0, cut: str = "none") -> torch.T
         candidates = a.masked_fill(~mask, float("-inf"))
         thresh = torch.topk(candidates, topk, dim=-1).values[..., -1:]
         mask &= candidates >= thresh
-    lonely = ~mask.any(dim=-1)
-    return mask | (eye & lonely.unsqueeze(-1))
+    return with_lonely_loops(mask)
 
 
 def graph_density(mask: torch.Tensor) -> torch.Tensor:
     """Per node, the share of the other n - 1 nodes that are its neighbours (..., n); 0 for a graph of one."""
     n = mask.shape[-1]
-    eye = torch.eye(n, dtype=torch.bool, device=mask.device)
-    return (mask & ~eye).sum(dim=-1).double() / max(n - 1, 1)
+    # the neighbour counts summed straight into float64: the same integers as an int64 sum cast to double
+    return (mask & off_diagonal(n, mask.device)).sum(dim=-1, dtype=torch.float64) / max(n - 1, 1)
 
 
 @torch.no_grad()
 def graph_mask(z: torch.Tensor, cfg: FedRANEConfig) -> torch.Tensor:
     """Steps 1-3 for feature rows z (..., n, d): the boolean neighbour masks (..., n, n)."""
-    return mask_from_pearson(pearson_matrix(z.detach().double()), cfg)
+    return mask_from_pearson(pearson_matrix(z.double()), cfg)  # no_grad: no detach needed
 
 
 def complete_mask(p: torch.Tensor) -> torch.Tensor:
@@ -195,10 +211,17 @@ def mask_of_alive(alive: torch.Tensor) -> torch.Tensor:
     """:func:`complete_mask` from its nodes' flags (..., n): True where the node's Pearson row is non-zero
     (its centred features are), i.e. exactly where ``p_ii`` > 0."""
     n = alive.shape[-1]
-    eye = torch.eye(n, dtype=torch.bool, device=alive.device)
-    mask = alive.unsqueeze(-1) & alive.unsqueeze(-2) & ~eye
+    mask = alive.unsqueeze(-1) & alive.unsqueeze(-2) & off_diagonal(n, alive.device)
+    return with_lonely_loops(mask)
+
+
+def with_lonely_loops(mask: torch.Tensor) -> torch.Tensor:
+    """``mask`` (..., n, n, diagonal all False, a fresh tensor: written in place) with a self-loop for each node
+    that has no neighbour, so that its attention softmax is defined: ``mask | (eye & lonely)``, by writing the
+    diagonal (fewer operations than the or of an (n, n) product)."""
     lonely = ~mask.any(dim=-1)
-    return mask | (eye & lonely.unsqueeze(-1))
+    torch.diagonal(mask, dim1=-2, dim2=-1).copy_(lonely)
+    return mask
 
 
 def uses_complete_graph(cfg: FedRANEConfig) -> bool:
