@@ -1,5 +1,6 @@
 """FedDecorr (Shi et al., ICLR 2023; flcore/methods/feddecorr.py), client side: FedAvg's local SGD with
-beta * L_FedDecorr added to every minibatch's cross-entropy (paper Sec. 4):
+beta * L_FedDecorr added to every minibatch's cross-entropy (paper Sec. 4; its equation numbers could not be
+read, see flcore/methods/feddecorr.py for what was read and where):
 
     z_hat_n,i = (z_n,i - mean_n z_n,i) / sqrt(var_n z_n,i + eps)      (z-scoring each dimension over the batch)
     K = z_hat^T z_hat / N                                              (d x d correlation matrix)
