@@ -37,6 +37,7 @@ from flwr.common.config import flatten_dict
 
 from experiments.tuning import load_choices, parse_plan
 from flcore.config import PROJECT_ROOT, ConfigError, RunConfig, resolve_run_config
+from server_app.results import recorded_config_changes
 
 RESULTS_ROOT = PROJECT_ROOT / "results"
 
@@ -105,16 +106,25 @@ def run_dir(name: str, label: str, seed: int) -> Path:
     return RESULTS_ROOT / name / label / f"seed{seed}"
 
 
-def is_complete(path: Path, rounds: int) -> bool:
+def planned_config(values: dict[str, Any]) -> RunConfig:
+    """The parsed run config of one planned run (an experiment's run or a tuning trial): parsed once here."""
+    return RunConfig.from_dict(resolve_run_config(values))
+
+
+def is_complete(path: Path, cfg: RunConfig) -> bool:
+    """Whether ``path`` holds a finished run of ``cfg``: a results.json with every planned round, recorded with
+    ``cfg``'s values (server_app.results.recorded_config_changes: a run recorded with other values, e.g. before
+    a tuning chose anew or a config file was edited, is not this run and is redone, not reported under it)."""
     import json
 
     f = path / "results.json"
     if not f.exists():
         return False
     try:
-        return len(json.loads(f.read_text())["rounds"]) >= rounds
+        finished = len(json.loads(f.read_text())["rounds"]) >= cfg.num_server_rounds
     except (ValueError, KeyError):
         return False
+    return finished and not recorded_config_changes(path, cfg)
 
 
 def sweep_progress(done: int, total: int, elapsed: float, width: int = 24) -> str:
@@ -156,10 +166,14 @@ def main(argv: list[str] | None = None) -> int:
             # overwrite: this runner decides what to redo (skip finished runs unless --force)
             values = {**doc.get("base", {}), **over, "seed": seed, "out-dir": str(out), "checkpoint": False,
                       "overwrite": True}
-            cfg = RunConfig.from_dict(resolve_run_config(values))  # parsed once: simulate() runs this object
-            if not args.force and is_complete(out, cfg.num_server_rounds):
+            cfg = planned_config(values)  # parsed once: simulate() runs this object
+            if not args.force and is_complete(out, cfg):
                 print(f"[skip] {name}/{label}/seed{seed} (done)")
                 continue
+            changes = recorded_config_changes(out, cfg)
+            if changes:
+                print(f"[redo] {name}/{label}/seed{seed}: recorded with other values ({'; '.join(changes[:4])}"
+                      f"{'; ...' if len(changes) > 4 else ''})", flush=True)
             jobs.append((label, seed, cfg))
     failed = []
     t_sweep = time.time()

@@ -21,10 +21,9 @@ from pathlib import Path
 
 from typing import Any
 
-from experiments.run import RESULTS_ROOT, is_complete, load_experiment, sweep_progress
+from experiments.run import RESULTS_ROOT, is_complete, load_experiment, planned_config, sweep_progress
 from experiments.tuning import (METRIC, TUNING_FILE, TuningPlan, choose, effective_budget, extend_grid,
                                 inert_knobs, makeup_lrs, on_edge, score, trial_name)
-from flcore.config import resolve_run_config
 from strategies.client_registry import RoundFailed
 
 MAX_PASSES = 12  # grid growth is bounded by max-extend per side and make-up by the largest budget: a safety cap
@@ -42,9 +41,10 @@ def _trial_values(doc: dict[str, Any], plan: TuningPlan, root: Path, label: str,
             "out-dir": str(_trial_dir(root, label, trial)), "checkpoint": False, "overwrite": True}
 
 
-def _finished(root: Path, label: str, trial: dict[str, Any], doc: dict[str, Any]) -> bool:
-    values = {**doc["base"], **doc["runs"][label], **trial}
-    return is_complete(_trial_dir(root, label, trial), int(resolve_run_config(values)["num-server-rounds"]))
+def _finished(root: Path, label: str, trial: dict[str, Any], doc: dict[str, Any], plan: TuningPlan) -> bool:
+    """Whether the trial ran every round with the values planned now (a trial recorded with other values,
+    e.g. before the config's base changed, runs again)."""
+    return is_complete(_trial_dir(root, label, trial), planned_config(_trial_values(doc, plan, root, label, trial)))
 
 
 def _ran_now(root: Path, label: str, trial: dict[str, Any], since: float) -> bool:
@@ -53,11 +53,11 @@ def _ran_now(root: Path, label: str, trial: dict[str, Any], since: float) -> boo
     return f.exists() and f.stat().st_mtime >= since
 
 
-def _score(root: Path, label: str, trial: dict[str, Any], last_rounds: int, doc: dict[str, Any]) -> float:
+def _score(root: Path, label: str, trial: dict[str, Any], doc: dict[str, Any], plan: TuningPlan) -> float:
     """The trial's validation score; NaN (it never wins) when it did not finish every round (diverged)."""
-    if not _finished(root, label, trial, doc):
+    if not _finished(root, label, trial, doc, plan):
         return float("nan")
-    return score(json.loads((_trial_dir(root, label, trial) / "results.json").read_text()), last_rounds)
+    return score(json.loads((_trial_dir(root, label, trial) / "results.json").read_text()), plan.last_rounds)
 
 
 def _make_up(plan: TuningPlan, labels: list[str], scored: dict[str, list[tuple[dict[str, Any], float]]],
@@ -114,7 +114,7 @@ def main(argv: list[str] | None = None) -> int:
         trials = {label: plan.trials(label, grid) + makeup[label] for label in labels}
         todo = [(label, t) for label in labels for t in trials[label]
                 if f"{label}/{trial_name(t)}" not in failed + diverged
-                and (args.force and not _ran_now(root, label, t, t0) or not _finished(root, label, t, doc))]
+                and (args.force and not _ran_now(root, label, t, t0) or not _finished(root, label, t, doc, plan))]
         total = done + len(todo)
         for label, trial in todo:
             print(f"{sweep_progress(done, total, time.time() - t0)} tune {name}/{label} {trial}", flush=True)
@@ -128,7 +128,7 @@ def main(argv: list[str] | None = None) -> int:
                 traceback.print_exc()
                 failed.append(f"{label}/{trial_name(trial)}")
             done += 1
-        scored = {label: [(t, _score(root, label, t, plan.last_rounds, doc)) for t in trials[label]] for label in labels}
+        scored = {label: [(t, _score(root, label, t, doc, plan)) for t in trials[label]] for label in labels}
         chosen = {}
         for label in labels:
             try:

@@ -129,6 +129,30 @@ def summarize(rounds: list[dict[str, Any]], target: float, num_clients: int = 0)
     return out
 
 
+# run-config keys that say where and how a run was written or polled, not what it computed
+NOT_COMPARED = frozenset({"out-dir", "overwrite", "resume-from", "checkpoint", "client-state-dir",
+                          "reply-poll-interval"})
+
+
+def recorded_config_changes(out_dir: Path, cfg: RunConfig) -> list[str]:
+    """What differs between the run config ``out_dir/results.json`` was recorded with and ``cfg`` (the run now
+    planned there), as ``"key: recorded -> planned"``; [] when they agree or nothing is recorded. Compared: the
+    common keys and the running method's own section (other methods' sections do not reach its run); not
+    compared: bookkeeping keys (NOT_COMPARED) and keys the record lacks (added to the project after the run). A finished run with a change is not the planned run:
+    an experiment runner re-runs it rather than report it under the new config."""
+    path = out_dir / "results.json"
+    try:
+        recorded = json.loads(path.read_text())["run_config"]
+    except (OSError, ValueError, KeyError):
+        return []
+    own = cfg.method_section
+    prefix = None if own is None else f"{own.NAME}."
+    planned = json.loads(json.dumps(_jsonable(cfg.to_dict())))
+    return [f"{k}: {recorded[k]!r} -> {v!r}" for k, v in sorted(planned.items())
+            if k not in NOT_COMPARED and k in recorded and recorded[k] != v
+            and ("." not in k or (prefix is not None and k.startswith(prefix)))]
+
+
 WRITE_INTERVAL_S = 1.0
 
 

@@ -165,3 +165,51 @@ def test_sweep_progress_bar(done, total, bar):
 
     line = sweep_progress(done, total, 60.0)
     assert line.startswith(bar) and ("ETA 3m00s" in line) == (done == 1)
+
+
+def test_a_finished_run_recorded_with_other_values_is_redone_not_reported_under_the_new_config(tmp_path, monkeypatch,
+                                                                                                capsys):
+    """Re-running an experiment whose config changed (an edited base, a tuning that chose anew) redoes the runs
+    recorded with the old values and says which values moved; runs that match are skipped."""
+    import experiments.run as runner
+
+    monkeypatch.setattr(runner, "RESULTS_ROOT", tmp_path / "results")
+    path = _experiment(tmp_path)
+    runner.main([str(path), "--only", "good", "good2"])
+    capsys.readouterr()
+    good2 = tmp_path / "results" / "t" / "good2" / "seed0" / "results.json"
+    first = json.loads(good2.read_text())
+    path.write_text(path.read_text().replace("fedprox.mu = 0.1", "fedprox.mu = 0.5"))
+    assert runner.main([str(path), "--only", "good", "good2"]) == 0
+    out = capsys.readouterr().out
+    assert "[skip] t/good/seed0" in out  # fedavg does not read fedprox.*: its run still is the planned one
+    assert "[redo] t/good2/seed0: recorded with other values (fedprox.mu: 0.1 -> 0.5)" in out
+    again = json.loads(good2.read_text())
+    assert first["run_config"]["fedprox.mu"] == 0.1 and again["run_config"]["fedprox.mu"] == 0.5
+    assert again["final"] != first["final"]  # a stronger proximal pull: another model
+
+
+def test_recorded_config_changes_compare_the_common_keys_and_the_methods_own_section(tmp_path):
+    from flcore.config import RunConfig
+    from server_app.results import recorded_config_changes
+
+    def cfg(**keys):
+        return RunConfig.from_dict({"method": "fedprox", "out-dir": str(tmp_path), **keys})
+
+    assert recorded_config_changes(tmp_path, cfg()) == []  # nothing recorded
+    from server_app.results import ResultsWriter
+
+    ResultsWriter(tmp_path, cfg(lr=0.1)).write()  # the echo exactly as a run records it
+    doc = json.loads((tmp_path / "results.json").read_text())
+    record = doc["run_config"]
+    assert recorded_config_changes(tmp_path, cfg(lr=0.1)) == []
+    record["out-dir"] = "/elsewhere"            # where it was written: not compared
+    record["reply-poll-interval"] = 9.0         # how often replies were polled: not compared
+    record["fedufo.cgr-target"] = "other"       # another method's section: not read by this run
+    record.pop("fedprox.mu")                    # a key the record lacks (added after the run): not compared
+    (tmp_path / "results.json").write_text(json.dumps(doc))
+    assert recorded_config_changes(tmp_path, cfg(lr=0.1)) == []
+    assert recorded_config_changes(tmp_path, cfg(lr=0.03, **{"fedprox.mu": 0.5})) == ["lr: 0.1 -> 0.03"]
+    record["momentum"] = 0.5
+    (tmp_path / "results.json").write_text(json.dumps(doc))
+    assert recorded_config_changes(tmp_path, cfg(lr=0.1)) == ["momentum: 0.5 -> 0.9"]
