@@ -68,29 +68,19 @@ def make_trainer(method: str, steps: int, device: torch.device, seed: int = 0): 
 @contextmanager
 def per_step_syncs() -> Iterator[None]:
     """The code before: every running sum also read to the host each step (float(), as it was summed)."""
-    from client_app import training
-    from client_app.trainers import fedrane as lra_trainer
-    from models.fedrane import neck
+    from models.device_sum import DeviceSum
 
-    saved = training.TrainStats.add_loss, lra_trainer.RunningMean.add, neck.GraphStats.add
+    add = DeviceSum.add
 
-    def add_loss(self, loss: torch.Tensor) -> None:
-        float(loss.detach())
-        saved[0](self, loss)
+    def add_and_read(self: DeviceSum, value: torch.Tensor) -> None:
+        float(value.detach())  # the loop's loss, L_CD and mixup terms, each graph's density sum
+        add(self, value)
 
-    def add_term(self, value: torch.Tensor) -> None:
-        float(value.detach())
-        saved[1](self, value)
-
-    def add_graph(self, phase: str, density: torch.Tensor, nodes: int) -> None:
-        float(density.sum())
-        saved[2](self, phase, density, nodes)
-
-    training.TrainStats.add_loss, lra_trainer.RunningMean.add, neck.GraphStats.add = add_loss, add_term, add_graph
+    DeviceSum.add = add_and_read
     try:
         yield
     finally:
-        training.TrainStats.add_loss, lra_trainer.RunningMean.add, neck.GraphStats.add = saved
+        DeviceSum.add = add
 
 
 def sync(device: torch.device) -> None:

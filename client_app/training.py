@@ -20,6 +20,7 @@ from typing import Callable, Iterator, Sequence
 import torch
 from torch import nn
 
+from models.device_sum import DeviceSum
 from models.evaluation import evaluate  # noqa: F401 - the loop's evaluation, shared with the server
 import torch.nn.functional as F
 
@@ -73,25 +74,17 @@ class OptimConfig:
 
 @dataclass
 class TrainStats:
-    """Counts of one local training call. The loss sum stays on the loss's device (a float64 scalar tensor):
-    adding the float32 loss into it is the same IEEE double addition as ``float(loss)`` summed in Python, without
-    a host synchronisation per step; :attr:`loss_sum` reads it once."""
+    """Counts of one local training call. The loss sum stays on the loss's device (models/device_sum.py): no
+    host synchronisation per step; :attr:`loss_sum` reads it once."""
 
     steps: int = 0
     num_examples: int = 0
     extra: dict[str, float] = field(default_factory=dict)
-    _loss: torch.Tensor | None = field(default=None, repr=False)
-
-    @torch.no_grad()
-    def add_loss(self, loss: torch.Tensor) -> None:
-        """Add one step's loss (a scalar tensor) to the running sum, on its device."""
-        if self._loss is None:
-            self._loss = torch.zeros((), dtype=torch.float64, device=loss.device)
-        self._loss.add_(loss)
+    losses: DeviceSum = field(default_factory=DeviceSum, repr=False)
 
     @property
     def loss_sum(self) -> float:
-        return float(self._loss) if self._loss is not None else 0.0
+        return self.losses.value()
 
     @property
     def mean_loss(self) -> float:
@@ -153,7 +146,7 @@ def local_train(model: nn.Module, x: torch.Tensor, y: torch.Tensor, cfg: OptimCo
                 term.after_step(model, step)
             stats.steps += 1
             stats.num_examples += int(xb.shape[0])
-            stats.add_loss(loss)
+            stats.losses.add(loss)
             if cfg.max_steps and stats.steps >= cfg.max_steps:
                 done = True
                 break

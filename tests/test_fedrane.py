@@ -239,8 +239,7 @@ def test_a_local_step_makes_no_host_synchronisation_and_the_running_means_equal_
     On the complete graph (lra-cut none: the fmnist presets, fedrane-code's default); the SLIM solve of the
     row-mean cut keeps its data-dependent stops (convergence of the alternation, the Cholesky fallback)."""
     from benchmarks.bench_lra_ops import OpCounter
-    from client_app import training
-    from client_app.trainers import fedrane as trainer_module
+    from models.device_sum import DeviceSum
 
     c = cfg(method=method, local_epochs=2, **({"fedrane.lra-cut": "none"} if method == "fedrane" else {}))
     counts = {}
@@ -255,26 +254,21 @@ def test_a_local_step_makes_no_host_synchronisation_and_the_running_means_equal_
     assert counts[2][0] > counts[1][0] > 0           # three more steps: more operations...
     assert counts[1][1] == counts[2][1] == 0         # ...and no host synchronisation in any step
 
-    seen: dict[str, list[float]] = {"loss": [], "terms": []}
-    add_loss, add_term = training.TrainStats.add_loss, trainer_module.RunningMean.add
-    monkeypatch.setattr(training.TrainStats, "add_loss",
-                        lambda self, loss: (seen["loss"].append(float(loss)), add_loss(self, loss))[1])
-    monkeypatch.setattr(trainer_module.RunningMean, "add",
-                        lambda self, v: (seen["terms"].append(float(v)), add_term(self, v))[1])
+    seen: dict[int, list[float]] = {}                # every value each device sum was given, by sum
+    add = DeviceSum.add
+    monkeypatch.setattr(DeviceSum, "add",
+                        lambda self, v: (seen.setdefault(id(self), []).append(float(v)), add(self, v))[1])
     trainer = LRATrainer(job(c, build_model(c, (1, 8, 8), 10)))
     trainer.neck.generator = trainer.job.generator
     stats = trainer.fit()
-    python_sum = 0.0
-    for v in seen["loss"]:
-        python_sum += v
-    assert stats.loss_sum == python_sum and len(seen["loss"]) == 6
     terms = [trainer.cd_term] + ([trainer.mixup] if trainer.mixup is not None else [])
-    values = iter(seen["terms"])                     # per step: L_CD, then the mixup term (fedrane-code)
-    sums = [0.0] * len(terms)
-    for _ in range(6):
-        for i in range(len(terms)):
-            sums[i] += next(values)
-    assert [t.running.mean() for t in terms] == [s / 6 for s in sums]
+    for running, steps in [(stats.losses, 6)] + [(term.running, 6) for term in terms]:
+        python_sum = 0.0                             # the per-step float() sum the device sum replaces
+        for v in seen[id(running)]:
+            python_sum += v
+        assert len(seen[id(running)]) == steps and running.value() == python_sum
+        assert running.mean() == python_sum / steps
+    assert stats.loss_sum == stats.losses.value()
     with OpCounter() as counter:
         trainer.extra_metrics(stats)
     assert counter.syncs == len(terms) + 1           # each running sum, and the graph density, read once here

@@ -26,28 +26,8 @@ from client_app.trainers.base import Trainer, TrainJob, TrainReply
 from client_app.training import LossTerm, Step, TrainStats
 from flcore.methods.fedrane import CD_LOSS, EVAL_DENSITY, MIXUP_LOSS, TRAIN_DENSITY
 from models.evaluation import eval_support
+from models.device_sum import DeviceSum
 from models.fedrane.neck import LRANeck, contrastive_discrimination
-
-
-class RunningMean:
-    """The mean of a loss term over the steps, kept on the device: each value is added in float64 to a scalar
-    tensor (the same IEEE double additions as summing ``float(value)`` in Python), read once by :meth:`mean`, so
-    a step costs no host synchronisation."""
-
-    def __init__(self) -> None:
-        self.sum: torch.Tensor | None = None
-        self.count = 0
-
-    @torch.no_grad()
-    def add(self, value: torch.Tensor) -> None:
-        if self.sum is None:
-            self.sum = torch.zeros((), dtype=torch.float64, device=value.device)
-        self.sum.add_(value)
-        self.count += 1
-
-    def mean(self) -> float:
-        """sum / count (0.0 before any value)."""
-        return float(self.sum) / self.count if self.count else 0.0
 
 
 class ContrastiveTerm(LossTerm):
@@ -61,7 +41,7 @@ class ContrastiveTerm(LossTerm):
         self.neck = neck
         self.z_hat: torch.Tensor | None = None
         self.mixed: tuple[torch.Tensor, torch.Tensor] | None = None   # (Z_mix, Z_mix_hat) with mixup
-        self.running = RunningMean()
+        self.running = DeviceSum()
 
     def loss(self, model: nn.Module, step: Step) -> torch.Tensor | None:
         cfg = self.neck.cfg
@@ -84,7 +64,7 @@ class MixupTerm(LossTerm):
     def __init__(self, weight: float) -> None:
         self.weight = weight
         self.pending: tuple[torch.Tensor, torch.Tensor, torch.Tensor, float] | None = None
-        self.running = RunningMean()
+        self.running = DeviceSum()
 
     def loss(self, model: nn.Module, step: Step) -> torch.Tensor | None:
         pending, self.pending = self.pending, None

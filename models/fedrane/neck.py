@@ -41,6 +41,7 @@ import torch.nn.functional as F
 from flcore.config import RunConfig
 from flcore.methods.fedrane import FedRANEConfig, rane_config
 from models.heads import make_hyperspherical
+from models.device_sum import DeviceSum
 from models.fedrane.graph_attention import GATLayer
 from models.fedrane.relation_graph import (eye, graph_density, graph_mask, off_diagonal, pearson_matrix,
                                           support_graphs)
@@ -119,35 +120,36 @@ class GraphStats:
     """Running sums of the graph densities the neck built since the last :meth:`pop` (train and eval apart).
 
     One object per neck for its whole life, so that a pooled client model (client_app/model_pool.py) looks
-    unchanged; whoever reads it pops it. The density sum stays on the graphs' device (a float64 scalar tensor,
-    the same IEEE additions as summing ``float(density.sum())`` in Python) and is read once, by :meth:`mean`:
-    building a graph costs no host synchronisation. The counts come from shapes (Python numbers).
+    unchanged; whoever reads it pops it. The density sum stays on the graphs' device (models/device_sum.py) and
+    is read once, by :meth:`mean`: building a graph costs no host synchronisation. The counts come from shapes.
     """
 
     def __init__(self) -> None:
+        self.sums: dict[str, tuple[DeviceSum, list[float]]] = {}
         self.reset()
 
     def reset(self) -> None:
-        self.sums: dict[str, list[Any]] = {"train": [None, 0.0, 0.0], "eval": [None, 0.0, 0.0]}
+        for phase in ("train", "eval"):
+            self._clear(phase)
 
-    @torch.no_grad()
+    def _clear(self, phase: str) -> None:
+        self.sums[phase] = (DeviceSum(), [0.0, 0.0])  # density sum; [counted nodes, node-weighted graph size]
+
     def add(self, phase: str, density: torch.Tensor, nodes: int) -> None:
         """``density``: the density of the counted nodes (float64, one value each); ``nodes``: graph size."""
-        s = self.sums[phase]
-        if s[0] is None:
-            s[0] = torch.zeros((), dtype=torch.float64, device=density.device)
-        s[0].add_(density.sum())
-        s[1] += float(density.numel())
-        s[2] += float(nodes) * float(density.numel())
+        total, counts = self.sums[phase]
+        total.add(density.sum())
+        counts[0] += float(density.numel())
+        counts[1] += float(nodes) * float(density.numel())
 
     def mean(self, phase: str) -> tuple[float, float] | None:
         """(mean density, mean graph size) over the counted nodes, None if none."""
-        total, count, nodes = self.sums[phase]
-        return (float(total) / count, nodes / count) if count else None
+        total, (count, nodes) = self.sums[phase]
+        return (total.value() / count, nodes / count) if count else None
 
     def pop(self, phase: str) -> tuple[float, float] | None:
         out = self.mean(phase)
-        self.sums[phase] = [None, 0.0, 0.0]
+        self._clear(phase)
         return out
 
 
