@@ -181,19 +181,23 @@ def git_blob_id(data: bytes, algo: str = "sha1") -> str:
     return hashlib.new(algo, b"blob %d\0" % len(data) + data).hexdigest()
 
 
-def recent_commits(root: Path, since: str | None = None, limit: int = 300) -> list[str]:
-    """HEAD's history, newest first: the commits after ``since`` and ``since`` itself, or the last ``limit``."""
+def recent_commits(root: Path, since: str | None = None, limit: int = 300, everywhere: bool = False) -> list[str]:
+    """HEAD's history, newest first: the commits after ``since`` and ``since`` itself, or the last ``limit``.
+    ``everywhere``: every branch's and tag's history and the reflog's commits instead of HEAD's alone (a run made on
+    a branch that was rebased before its merge has its code in commits that only the reflog still names)."""
+    tips = ["--all", "--reflog"] if everywhere else ["HEAD"]
     if since is None:
-        return _git(root, "rev-list", f"--max-count={limit}", "HEAD").decode().split()
+        return _git(root, "rev-list", f"--max-count={limit}", *tips).decode().split()
     base = _git(root, "rev-parse", "--verify", f"{since}^{{commit}}").decode().strip()
-    return _git(root, "rev-list", "HEAD", f"^{base}").decode().split() + [base]
+    return _git(root, "rev-list", *tips, f"^{base}").decode().split() + [base]
 
 
-def find_commits(root: Path, digest: str, since: str | None = None, limit: int = 300) -> tuple[list[str], int]:
+def find_commits(root: Path, digest: str, since: str | None = None, limit: int = 300,
+                 everywhere: bool = False) -> tuple[list[str], int]:
     """(the commits among :func:`recent_commits` whose code digest starts with ``digest``, how many were walked)."""
     digest = digest.strip().lower()
     if not 4 <= len(digest) <= DIGEST_CHARS or any(c not in "0123456789abcdef" for c in digest):
         raise ValueError(f"code digest {digest!r}: expected 4 to {DIGEST_CHARS} hex digits")
     digester = CommitDigester(root)
-    walked = recent_commits(root, since, limit)
+    walked = recent_commits(root, since, limit, everywhere)
     return [c for c in walked if digester.digest(c).startswith(digest)], len(walked)

@@ -6,7 +6,7 @@ compares it with what is installed, and describes the running stack for results.
 
     python -m flcore.stack            # the running stack as JSON
     python -m flcore.stack --check    # exit 1 and list the differences when the installed stack is not the lock
-    python -m flcore.stack --find-commit DIGEST [--since REV]   # the commits whose code has a run's code digest
+    python -m flcore.stack --find-commit DIGEST [--since REV] [--everywhere]   # the commits whose code has a run's code digest
 
 The stack also names the code that ran (``code``: flcore/code_digest.py's content digest, which a copy of the tree
 without its git history keeps) and, in a checkout, the commit, its tree and whether the code is the commit's.
@@ -242,9 +242,12 @@ def main(argv: list[str] | None = None) -> int:
                       "this code digest (a results.json's stack.code.digest; a prefix of 4+ hex digits will do)")
     parser.add_argument("--since", metavar="REV", help="with --find-commit: walk the commits after REV and REV "
                         "itself (default: the last 300)")
+    parser.add_argument("--everywhere", action="store_true", help="with --find-commit: walk every branch, tag and "
+                        "the reflog, not only HEAD's history (a run made on a branch rebased before its merge)")
     args = parser.parse_args(sys.argv[1:] if argv is None else argv)
-    if args.since and not args.find_commit:
-        parser.error("--since goes with --find-commit")
+    for flag in ("since", "everywhere"):
+        if getattr(args, flag) and not args.find_commit:
+            parser.error(f"--{flag} goes with --find-commit")
     if args.check:
         diffs = lock_differences(read_lock(), installed_versions())
         for line in diffs:
@@ -253,7 +256,7 @@ def main(argv: list[str] | None = None) -> int:
         return 1 if diffs else 0
     if args.find_commit:
         try:
-            found, walked = find_commits(ROOT, args.find_commit, args.since)
+            found, walked = find_commits(ROOT, args.find_commit, args.since, everywhere=args.everywhere)
         except (ValueError, RuntimeError) as exc:
             parser.exit(2, f"{parser.prog}: {exc}\n")
         for commit in found:

@@ -15,7 +15,7 @@ from pathlib import Path
 import pytest
 
 from flcore.code_digest import (APP_TABLE, CommitDigester, app_table_bytes, find_commits, git_blob_id, read_code,
-                                tree_digest, tree_hashes)
+                                recent_commits, tree_digest, tree_hashes)
 from flcore.stack import ROOT, describe, git_state, main, stack_info
 
 PYPROJECT = ('[project]\nname = "x"\n\n[tool.flwr.app]\npublisher = "p"\nfab-exclude = ["docs/**"]\n\n'
@@ -158,3 +158,34 @@ def test_the_stack_records_the_code_and_prints_it(capsys: pytest.CaptureFixture[
     assert json.loads(capsys.readouterr().out)["code"] == info["code"]
     assert describe(info).split(", ")[-1] == (f"code {info['code']['digest']}"
                                               + (" (not the commit's code)" if git and git["code_dirty"] else ""))
+
+
+def test_find_commit_everywhere_reaches_a_rebased_branchs_commits(project: Path) -> None:
+    """A run made on a branch that was rebased before its merge: its code's commit is on no branch of HEAD's
+    history any more (only the reflog names it); the default walk misses it, --everywhere finds it."""
+    (project / ".gitignore").write_text("__pycache__/\n")
+    _git(project, "init", "-q", "-b", "main")
+    base = _commit(project, "base")
+    _git(project, "checkout", "-q", "-b", "topic")
+    (project / "pkg/a.py").write_bytes(b"X = 7\n")
+    on_topic = _commit(project, "topic work")  # the run's code
+    ran = tree_digest(project)["digest"]
+    _git(project, "checkout", "-q", "main")
+    _write(project, {"pkg/b.py": b"Y = 1\n"})
+    _commit(project, "main moves on")
+    _git(project, "checkout", "-q", "topic")
+    _git(project, "rebase", "-q", "main")  # topic's commit is rewritten on top of main: new code, new digest
+    _git(project, "checkout", "-q", "main")
+    _git(project, "merge", "-q", "--ff-only", "topic")
+    _git(project, "branch", "-q", "-D", "topic")
+    assert find_commits(project, ran)[0] == []
+    found, walked = find_commits(project, ran, everywhere=True)
+    assert found == [on_topic] and walked == 4  # base, main's commit, the rebased commit, the original
+    assert base in recent_commits(project, everywhere=True)
+
+
+def test_everywhere_and_since_need_find_commit(capsys: pytest.CaptureFixture[str]) -> None:
+    for flag in (["--everywhere"], ["--since", "HEAD"]):
+        with pytest.raises(SystemExit) as exc:
+            main(flag)
+        assert exc.value.code == 2 and f"{flag[0]} goes with --find-commit" in capsys.readouterr().err
