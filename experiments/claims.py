@@ -10,7 +10,8 @@ the verdict are computed here from the result files:
   says so), else it is "not run";
 - the verdict is read off the interval (experiments/stats.py: reproduced, smaller than claimed, inconclusive,
   contradicted), and the rule is printed above the ledger;
-- the reason may quote statistics of per-round metrics as ``{{label:metric:min|median|max|mean}}``, and the
+- the reason may quote statistics of per-round metrics as ``{{label:metric:min|median|max|mean}}`` (over all
+  rounds of all seeds) or ``{{label:metric:last}}`` (the median over seeds of each seed's last round), and the
   row's paired differences as ``{{gain:min|max|positive|n}}`` (smallest / largest per-seed gain, the number of
   seeds with a positive gain, the number of seeds).
 """
@@ -84,18 +85,20 @@ def final_by_seed(results_root: Path, experiment: str, label: str) -> dict[int, 
     return out
 
 
-_PLACEHOLDER = re.compile(r"\{\{([a-z0-9_.-]+):([a-z0-9_.-]+):(min|median|max|mean)\}\}")
+_PLACEHOLDER = re.compile(r"\{\{([a-z0-9_.-]+):([a-z0-9_.-]+):(min|median|max|mean|last)\}\}")
 
 
-def round_values(results_root: Path, experiment: str, label: str, key: str) -> list[float]:
+def round_values(results_root: Path, experiment: str, label: str, key: str, last: bool = False) -> list[float]:
     """Every finite value of ``key`` in the per-round records (the row, or its ``strategy`` metrics) of every
-    finished seed of ``experiment/label``."""
+    finished seed of ``experiment/label``; with ``last``, each seed's value in its last round that has one."""
     out: list[float] = []
     for f in sorted((results_root / experiment / label).glob("seed*/results.json")):
+        seed: list[float] = []
         for row in json.loads(f.read_text())["rounds"]:
             value = row.get(key, (row.get("strategy") or {}).get(key))
             if isinstance(value, (int, float)) and not isinstance(value, bool) and math.isfinite(value):
-                out.append(float(value))
+                seed.append(float(value))
+        out += seed[-1:] if last else seed
     return out
 
 
@@ -124,10 +127,11 @@ def fill_reason(results_root: Path, claim: Claim) -> str:
         return f"{(min if stat == 'min' else max)(diffs):+.2f}"
 
     def one(m: re.Match) -> str:
-        values = round_values(results_root, claim.experiment, m.group(1), m.group(2))
+        values = round_values(results_root, claim.experiment, m.group(1), m.group(2), last=m.group(3) == "last")
         if not values:
             return f"(no '{m.group(2)}' recorded for {m.group(1)})"
-        stat = {"min": np.min, "median": np.median, "max": np.max, "mean": np.mean}[m.group(3)](values)
+        stat = {"min": np.min, "median": np.median, "max": np.max, "mean": np.mean,
+                "last": np.median}[m.group(3)](values)
         return f"{stat:.3g}"
 
     return _PLACEHOLDER.sub(one, _GAIN.sub(gain, claim.reason))

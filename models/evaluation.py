@@ -18,10 +18,17 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 
+from models.representation import FeatureMoments
+
 
 def evaluate(model: nn.Module, x: torch.Tensor, y: torch.Tensor, batch_size: int = 512,
-             forward: Callable[[nn.Module, torch.Tensor], torch.Tensor] | None = None) -> tuple[float, float]:
-    """(mean cross-entropy loss, accuracy) of ``model`` on (x, y), in order, ``batch_size`` rows at a time."""
+             forward: Callable[[nn.Module, torch.Tensor], torch.Tensor] | None = None,
+             moments: FeatureMoments | None = None) -> tuple[float, float]:
+    """(mean cross-entropy loss, accuracy) of ``model`` on (x, y), in order, ``batch_size`` rows at a time.
+    ``moments``: also add the representations z of every row to it (the same forward pass, through the model's
+    ``forward_features``: models/representation.py measures their collapse)."""
+    if moments is not None and (forward is not None or not hasattr(model, "forward_features")):
+        raise ValueError("feature moments need the model's own forward_features (an FLModel, no custom forward)")
     model.eval()
     n = int(x.shape[0])
     if n == 0:
@@ -33,7 +40,11 @@ def evaluate(model: nn.Module, x: torch.Tensor, y: torch.Tensor, batch_size: int
     with torch.no_grad():
         for start in range(0, n, batch_size):
             xb, yb = x[start:start + batch_size], y[start:start + batch_size]
-            logits = forward(model, xb) if forward is not None else model(xb)
+            if moments is not None:
+                logits, z = model.forward_features(xb)
+                moments.add(z)
+            else:
+                logits = forward(model, xb) if forward is not None else model(xb)
             loss_sum.add_(F.cross_entropy(logits, yb, reduction="sum"))
             correct.add_((logits.argmax(1) == yb).sum())
     return float(loss_sum) / n, int(correct) / n

@@ -5,6 +5,8 @@ results.json = {
   "rounds": [{"round", "global_accuracy", "global_loss", "val_accuracy", "val_loss", "local_accuracy", "local_accuracy_best",
               "local_accuracy_worst", "local_accuracy_std", "wall_time_s", "bytes_sent", "bytes_received",
               "num_sampled", "num_updates", "failures": [{"cid", "phase", "kind", "reason"}],
+              "global_feature_erank", "global_feature_corr", "global_feature_dim" (the global model's
+              representations on the G-FL test set: models/representation.py),
               "client_eval": {...} | null, "strategy": {...method metrics...}}, ...],
   "final": {"global_accuracy", "global_loss", "local_accuracy", ..., "best_global_accuracy",
             "rounds_to_target", "target_accuracy", "total_wall_time_s", "mean_round_time_s",

@@ -29,6 +29,7 @@ from flcore.records import load_params, model_params
 from flcore.registry import get_method, resolve
 from models import build_model
 from models.evaluation import eval_support_size, evaluate, pop_eval_stats, set_eval_support
+from models.representation import FeatureMoments, collapse_stats
 from server_app.checkpoint import load_checkpoint, save_checkpoint
 from server_app.diagnosis import divergence_note, majority_share
 from server_app.results import WRITE_INTERVAL_S, ResultsWriter, spread
@@ -159,8 +160,11 @@ def run_federation(grid: Grid, cfg: RunConfig) -> dict[str, Any]:
             load_params(model, params)
             scores, model_stats = {}, {}
             for name, (x, y) in eval_sets.items():  # model_stats: what the model measured, e.g. LRA graph density
-                scores[name] = evaluate(model, x, y)
+                moments = FeatureMoments() if name == "global" else None  # + the representations' collapse
+                scores[name] = evaluate(model, x, y, moments=moments)
                 model_stats.update({f"{name}_{k}": v for k, v in pop_eval_stats(model).items()})
+                if moments is not None and moments.count:
+                    model_stats.update(collapse_stats(moments, f"{name}_feature"))
             g_loss, g_acc = scores.get("global", (None, None))
             row = round_row(rnd, outcome, g_loss, g_acc, 0.0)
             row.update(model_stats)

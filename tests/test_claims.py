@@ -101,6 +101,8 @@ def test_reason_numbers_come_from_the_result_files(tmp_path):
     c = Claim("x", "P", "c", "f", 1.0, "e", "b", "m", reason="ratio {{m:w-ratio:median}} up to {{m:w-ratio:max}}; "
                                                              "{{m:nothing:max}}")
     assert fill_reason(tmp_path, c) == "ratio 0.7 up to 0.9; (no 'nothing' recorded for m)"
+    c = Claim("x", "P", "c", "f", 1.0, "e", "b", "m", reason="at the end {{m:w-ratio:last}}")
+    assert fill_reason(tmp_path, c) == "at the end 0.8"  # the median of the seeds' last rounds: 0.9 and 0.7
 
 
 def test_reason_quotes_the_rows_per_seed_gains(tmp_path):

@@ -111,6 +111,9 @@ def test_a_real_run_writes_every_scalar_to_csv_and_prints_elapsed_and_eta(tmp_pa
                 scalars += 1
                 assert got[key] == ("" if value is None else str(value)), key
     assert scalars > 40 and "strategy.fedbc-lambda-mean" in table[0]
+    for row in doc["rounds"]:  # the global model's representations on the G-FL test set (models/representation.py)
+        d = row["global_feature_dim"]
+        assert 1.0 <= row["global_feature_erank"] <= d and 1 / d <= row["global_feature_corr"] <= 1.0
     out = capsys.readouterr().out
     lines = [line for line in out.splitlines() if line.startswith("[round ")]
     assert len(lines) == 2 and all("elapsed " in line and ", ETA " in line for line in lines)
