@@ -18,6 +18,7 @@ the remaining training pool, the validation and local test splits, the model and
 from __future__ import annotations
 
 import functools
+import hashlib
 import zlib
 from dataclasses import dataclass
 from pathlib import Path
@@ -118,6 +119,19 @@ def client_indices(cfg: RunConfig, cid: int, num_partitions: int) -> tuple[np.nd
     tr, te = P.local_split(len(idx), held_out_fraction(cfg), np.random.default_rng([split_seed, int(cid), 0x5917]))
     keep, val = P.local_split(len(tr), cfg.validation_fraction, np.random.default_rng([int(cfg.seed), int(cid), 0x7A11]))
     return idx[tr[keep]], idx[te], idx[tr[val]]
+
+
+def split_digest(cfg: RunConfig, num_partitions: int) -> str:
+    """16 hex digits of sha256 over every client's (train, local test, validation) indices as
+    :func:`client_indices` draws them for ``cfg`` over ``num_partitions`` clients: the same digest means the same
+    client data. experiments/run.py records it beside each run and redoes a run whose split is no longer the one
+    its config draws (as when iid/dirichlet/shards moved to flwr-datasets' partitioners, issue 33)."""
+    h = hashlib.sha256(f"{cfg.dataset}|{num_partitions}".encode())
+    for cid in range(num_partitions):
+        for part in client_indices(cfg, cid, num_partitions):
+            h.update(np.asarray(part, dtype=np.int64).tobytes())
+            h.update(b"|")
+    return h.hexdigest()[:16]
 
 
 def client_arrays(cfg: RunConfig, cid: int, num_partitions: int) -> ClientArrays:

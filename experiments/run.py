@@ -25,6 +25,7 @@ others go on; the exit code is non-zero if any run failed.
 from __future__ import annotations
 
 import argparse
+import json
 import shutil
 import sys
 import time
@@ -35,6 +36,7 @@ from typing import Any
 
 from flwr.common.config import flatten_dict
 
+from data_partitioning.federated import split_digest
 from experiments.tuning import load_choices, parse_plan
 from flcore.config import PROJECT_ROOT, ConfigError, RunConfig, resolve_run_config
 from server_app.results import recorded_config_changes
@@ -92,8 +94,6 @@ SPLIT_MARKER = "test_split.json"
 def write_split_marker(out_root: Path, doc: dict[str, Any]) -> None:
     """Record that this experiment's runs use the test split fixed per dataset (issue 31; the report marks
     experiments recorded before it, whose test split followed the run seed)."""
-    import json
-
     from data_partitioning.federated import data_seed
 
     datasets = sorted({str(resolve_run_config({**doc["base"], **over})["dataset"]) for over in doc["runs"].values()})
@@ -111,12 +111,32 @@ def planned_config(values: dict[str, Any]) -> RunConfig:
     return RunConfig.from_dict(resolve_run_config(values))
 
 
-def is_complete(path: Path, cfg: RunConfig) -> bool:
+SPLIT_FILE = "client_split.json"  # beside results.json: the digest of the client split the run trained on
+
+
+def write_split(path: Path, cfg: RunConfig, num_partitions: int) -> None:
+    """Record the client split of the run just finished in ``path`` (data_partitioning.federated.split_digest)."""
+    (path / SPLIT_FILE).write_text(json.dumps({"digest": split_digest(cfg, num_partitions),
+                                               "num_partitions": num_partitions}) + "\n")
+
+
+def split_change(path: Path, cfg: RunConfig, num_partitions: int) -> str | None:
+    """``"client split: recorded -> planned"`` when the run in ``path`` recorded a split other than the one
+    ``cfg`` draws now over ``num_partitions`` clients (the partitioner or the data changed since); None when they
+    agree or no split was recorded (runs from before the record existed: their commit tells)."""
+    try:
+        recorded = json.loads((path / SPLIT_FILE).read_text())["digest"]
+    except (OSError, ValueError, KeyError):
+        return None
+    planned = split_digest(cfg, num_partitions)
+    return None if recorded == planned else f"client split: {recorded} -> {planned}"
+
+
+def is_complete(path: Path, cfg: RunConfig, num_partitions: int | None = None) -> bool:
     """Whether ``path`` holds a finished run of ``cfg``: a results.json with every planned round, recorded with
     ``cfg``'s values (server_app.results.recorded_config_changes: a run recorded with other values, e.g. before
-    a tuning chose anew or a config file was edited, is not this run and is redone, not reported under it)."""
-    import json
-
+    a tuning chose anew or a config file was edited, is not this run and is redone, not reported under it) and,
+    given ``num_partitions``, on the client split ``cfg`` draws now (:func:`split_change`)."""
     f = path / "results.json"
     if not f.exists():
         return False
@@ -124,7 +144,8 @@ def is_complete(path: Path, cfg: RunConfig) -> bool:
         finished = len(json.loads(f.read_text())["rounds"]) >= cfg.num_server_rounds
     except (ValueError, KeyError):
         return False
-    return finished and not recorded_config_changes(path, cfg)
+    return (finished and not recorded_config_changes(path, cfg)
+            and (num_partitions is None or split_change(path, cfg, num_partitions) is None))
 
 
 def sweep_progress(done: int, total: int, elapsed: float, width: int = 24) -> str:
@@ -157,6 +178,7 @@ def main(argv: list[str] | None = None) -> int:
     out_root.mkdir(parents=True, exist_ok=True)
     shutil.copyfile(args.config, out_root / "experiment.toml")
     write_split_marker(out_root, doc)
+    num_partitions = int(exp.get("num-supernodes", 10))
     jobs = []  # (label, seed, parsed run config) of every run still to do, in order
     for label, over in tuned_runs(doc, out_root, args.only).items():
         if args.only and label not in args.only:
@@ -167,10 +189,10 @@ def main(argv: list[str] | None = None) -> int:
             values = {**doc.get("base", {}), **over, "seed": seed, "out-dir": str(out), "checkpoint": False,
                       "overwrite": True}
             cfg = planned_config(values)  # parsed once: simulate() runs this object
-            if not args.force and is_complete(out, cfg):
+            if not args.force and is_complete(out, cfg, num_partitions):
                 print(f"[skip] {name}/{label}/seed{seed} (done)")
                 continue
-            changes = recorded_config_changes(out, cfg)
+            changes = recorded_config_changes(out, cfg) + [c for c in [split_change(out, cfg, num_partitions)] if c]
             if changes:
                 print(f"[redo] {name}/{label}/seed{seed}: recorded with other values ({'; '.join(changes[:4])}"
                       f"{'; ...' if len(changes) > 4 else ''})", flush=True)
@@ -181,8 +203,8 @@ def main(argv: list[str] | None = None) -> int:
         print(f"{sweep_progress(i, len(jobs), time.time() - t_sweep)} {name}/{label}/seed{seed} ...", flush=True)
         t0 = time.time()
         try:
-            res = simulate(cfg, num_supernodes=int(exp.get("num-supernodes", 10)),
-                           cpus_per_client=args.cpus_per_client)
+            res = simulate(cfg, num_supernodes=num_partitions, cpus_per_client=args.cpus_per_client)
+            write_split(run_dir(name, label, seed), cfg, num_partitions)
             acc = res["final"].get("global_accuracy")
             print(f"[done] {name}/{label}/seed{seed}: G-FL {'not evaluated' if acc is None else f'{acc:.4f}'} "
                   f"in {time.time() - t0:.0f}s", flush=True)

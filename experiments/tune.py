@@ -21,7 +21,8 @@ from pathlib import Path
 
 from typing import Any
 
-from experiments.run import RESULTS_ROOT, is_complete, load_experiment, planned_config, sweep_progress
+from experiments.run import (RESULTS_ROOT, is_complete, load_experiment, planned_config, sweep_progress,
+                             write_split)
 from experiments.tuning import (METRIC, TUNING_FILE, TuningPlan, choose, effective_budget, extend_grid,
                                 inert_knobs, makeup_lrs, on_edge, score, trial_name)
 from strategies.client_registry import RoundFailed
@@ -44,7 +45,8 @@ def _trial_values(doc: dict[str, Any], plan: TuningPlan, root: Path, label: str,
 def _finished(root: Path, label: str, trial: dict[str, Any], doc: dict[str, Any], plan: TuningPlan) -> bool:
     """Whether the trial ran every round with the values planned now (a trial recorded with other values,
     e.g. before the config's base changed, runs again)."""
-    return is_complete(_trial_dir(root, label, trial), planned_config(_trial_values(doc, plan, root, label, trial)))
+    return is_complete(_trial_dir(root, label, trial), planned_config(_trial_values(doc, plan, root, label, trial)),
+                       int(doc["experiment"].get("num-supernodes", 10)))
 
 
 def _ran_now(root: Path, label: str, trial: dict[str, Any], since: float) -> bool:
@@ -119,8 +121,9 @@ def main(argv: list[str] | None = None) -> int:
         for label, trial in todo:
             print(f"{sweep_progress(done, total, time.time() - t0)} tune {name}/{label} {trial}", flush=True)
             try:
-                simulate(_trial_values(doc, plan, root, label, trial),
-                         num_supernodes=int(exp.get("num-supernodes", 10)))
+                values = _trial_values(doc, plan, root, label, trial)
+                simulate(values, num_supernodes=int(exp.get("num-supernodes", 10)))
+                write_split(_trial_dir(root, label, trial), planned_config(values), int(exp.get("num-supernodes", 10)))
             except RoundFailed as exc:  # too few usable updates: the trial diverged, it scores NaN
                 print(f"[diverged] {name}/{label} {trial}: {str(exc)[:200]}", flush=True)
                 diverged.append(f"{label}/{trial_name(trial)}")

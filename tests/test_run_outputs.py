@@ -160,6 +160,14 @@ def test_experiment_runner_shows_progress_and_exits_1_when_a_run_fails(tmp_path,
     assert runner.main([str(_experiment(tmp_path))]) == 1
     out, _ = capsys.readouterr()
     assert "[skip] t/good/seed0" in out and "[skip] t/good2/seed0" in out and "0/1 runs" in out
+    # a finished run records its client split; one whose recorded split is not the config's now is redone
+    split = tmp_path / "results" / "t" / "good" / "seed0" / runner.SPLIT_FILE
+    assert json.loads(split.read_text())["num_partitions"] == 3
+    split.write_text(json.dumps({"digest": "0" * 16, "num_partitions": 3}))
+    assert runner.main([str(_experiment(tmp_path)), "--only", "good"]) == 0
+    out, _ = capsys.readouterr()
+    assert "[redo] t/good/seed0: recorded with other values (client split: 0000000000000000 -> " in out
+    assert json.loads(split.read_text())["digest"] != "0" * 16
 
 
 @pytest.mark.parametrize("done, total, bar", [(0, 4, "[" + "." * 24 + "] 0/4"), (1, 4, "[" + "#" * 6 + "." * 18 + "] 1/4")])

@@ -87,6 +87,8 @@ def test_tune_then_run_end_to_end_never_looks_at_test_accuracy(tmp_path, monkeyp
             assert doc["run_config"]["test-evaluation"] is False
             assert all(r["global_accuracy"] is None and r["val_accuracy"] is not None for r in doc["rounds"])
             assert trial["val_score"] == pytest.approx(score(doc, 2))
+            split = json.loads((root / "tuning" / label / name / run_mod.SPLIT_FILE).read_text())
+            assert split["num_partitions"] == 3 and len(split["digest"]) == 16  # the trial's client split
         best = max(entry["trials"], key=lambda t: t["val_score"])
         assert entry["chosen"] == best["values"] and knob in entry["chosen"]
     assert summary["runs"]["fedavg"]["effective-budget"] == summary["runs"]["fedprox"]["effective-budget"]
