@@ -216,6 +216,11 @@ def tuning_table(exp_dir: Path) -> str:
         chosen = ", ".join(f"{k}={v}" for k, v in entry["chosen"].items())
         if entry.get("on-edge"):
             chosen += " (on the edge of the bounded grid)"
+        for key, final in entry.get("knob-grids", {}).items():  # knob grids grown past an edge (tuning.py)
+            if final != entry.get("knob-grids-initial", {}).get(key, final):
+                chosen += f" ({key} grid grown to {final})"
+        for key in entry.get("knob-on-edge", []):
+            chosen += f" ({key} on the edge of its bounded grid)"
         trials = "; ".join(", ".join(f"{k}={v}" for k, v in t["values"].items()) + ": " +
                            (f"{100 * t['val_score']:.1f}" if t["val_score"] is not None else "diverged")
                            for t in entry["trials"])

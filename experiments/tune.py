@@ -11,6 +11,7 @@ validation score go to results/<name>/tuning.json. The exit code is non-zero if 
 from __future__ import annotations
 
 import argparse
+import dataclasses
 import itertools
 import json
 import math
@@ -23,8 +24,8 @@ from typing import Any
 
 from experiments.run import (RESULTS_ROOT, is_complete, load_experiment, planned_config, sweep_progress,
                              write_split)
-from experiments.tuning import (METRIC, TUNING_FILE, TuningPlan, choose, effective_budget, extend_grid,
-                                inert_knobs, makeup_lrs, on_edge, score, trial_name)
+from experiments.tuning import (METRIC, TUNING_FILE, TuningPlan, choose, effective_budget, extend_grid, extend_knob,
+                                growable, inert_knobs, makeup_lrs, on_edge, score, trial_name)
 from strategies.client_registry import RoundFailed
 
 MAX_PASSES = 12  # grid growth is bounded by max-extend per side and make-up by the largest budget: a safety cap
@@ -89,6 +90,32 @@ def _make_up(plan: TuningPlan, labels: list[str], scored: dict[str, list[tuple[d
     return added
 
 
+def _grow_knobs(plan: TuningPlan, chosen: dict[str, tuple[dict[str, Any], float]],
+                scored: dict[str, list[tuple[dict[str, Any], float]]],
+                extended: dict[str, dict[str, dict[str, int]]], name: str) -> dict[str, dict[str, tuple]] | None:
+    """The runs' knob grids with one value added beyond each edge a run's chosen knob value sits on
+    (tuning.extend_knob) while the score still rises towards it: the choice scores strictly above the same
+    trial with the knob at the edge's neighbour (on a plateau a further value changes nothing); None when none
+    grew."""
+    knobs = {label: dict(grids) for label, grids in plan.knobs.items()}
+    grew = False
+    for label, (values, best) in chosen.items():
+        for key, grid in list(knobs.get(label, {}).items()):
+            if not growable(grid) or values.get(key) not in (grid[0], grid[-1]):
+                continue
+            inner = grid[1] if values[key] == grid[0] else grid[-2]
+            neighbour = [s for t, s in scored[label] if t == {**values, key: inner}]
+            if neighbour and math.isfinite(neighbour[0]) and not best > neighbour[0]:
+                continue
+            new = extend_knob(key, grid, values[key], extended[label].setdefault(key, {}), plan.max_extend)
+            if new is not None:
+                print(f"[grid] {name}/{label}: {key}={values[key]} sits on an edge of its grid {list(grid)}; grid "
+                      f"now {list(new)}", flush=True)
+                knobs[label][key] = new
+                grew = True
+    return knobs if grew else None
+
+
 def main(argv: list[str] | None = None) -> int:
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("config", type=Path)
@@ -108,6 +135,8 @@ def main(argv: list[str] | None = None) -> int:
     root = RESULTS_ROOT / name
     labels = [lb for lb in doc["runs"] if not args.only or lb in args.only]
     grid, extended = tuple(plan.lr), {"low": 0, "high": 0}
+    initial_knobs = {label: dict(plan.knobs.get(label, {})) for label in labels}
+    knob_extended: dict[str, dict[str, dict[str, int]]] = {label: {} for label in labels}
     makeup: dict[str, list[dict[str, Any]]] = {label: [] for label in labels}
     failed: list[str] = []
     diverged: list[str] = []  # this invocation's; a diverged trial has an unfinished results.json and reruns
@@ -144,6 +173,10 @@ def main(argv: list[str] | None = None) -> int:
                   flush=True)
             grid = grown
             continue
+        knobs = _grow_knobs(plan, chosen, scored, knob_extended, name)
+        if knobs is not None:
+            plan = dataclasses.replace(plan, knobs=knobs)
+            continue
         if not _make_up(plan, labels, scored, chosen, makeup, name):
             break
     summary = json.loads((root / TUNING_FILE).read_text()) if (root / TUNING_FILE).exists() else {"runs": {}}
@@ -158,10 +191,15 @@ def main(argv: list[str] | None = None) -> int:
         values, best = chosen[label]
         knobs = list(plan.knobs.get(label, {}))
         inert = inert_knobs(scored[label], knobs, plan.inert_tolerance)
+        grids = plan.knobs.get(label, {})
         summary["runs"][label] = {
             "chosen": values, "val_score": best, "budget": len(scored[label]),
             "effective-budget": effective_budget(scored[label], inert), "inert-knobs": inert,
             "makeup-lr": sorted({t["lr"] for t in makeup[label]}), "on-edge": on_edge(grid, values["lr"]),
+            "knob-grids": {k: list(v) for k, v in grids.items()},
+            "knob-grids-initial": {k: list(v) for k, v in initial_knobs[label].items()},
+            "knob-on-edge": [k for k, v in grids.items() if growable(v) and values[k] in (v[0], v[-1])
+                             and not (values[k] == v[0] == 0.0)],
             "trials": [{"values": t, "val_score": s if math.isfinite(s) else None} for t, s in scored[label]]}
         print(f"[chosen] {name}/{label}: {values} (validation {best:.4f}, {len(scored[label])} trials, "
               f"effective {summary['runs'][label]['effective-budget']}, inert {inert or 'none'})", flush=True)

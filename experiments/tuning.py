@@ -23,6 +23,9 @@ Two rules keep the comparison fair (issue 31):
 - **Edges.** While some run's chosen lr sits on an edge of the shared grid, the grid grows by one value beyond
   that edge (the edge's own geometric step: edge x edge / neighbour, 3 significant digits), for every run, so
   budgets stay equal; at most ``max-extend`` values per side. A choice still on the edge then is reported as such.
+- **Knob edges.** Likewise a run's own knob grid (float values: weight decay, a loss weight, ...) grows by one
+  value beyond the edge its chosen value sits on (same step; a low edge of 0 is the knob's bound and stays), at
+  most ``max-extend`` values per side; the other runs then get make-up lr values (below) so budgets stay equal.
 - **Inert knobs.** A knob is inert for a run when, at every other value of the trial (lr and the other knobs),
   its values' validation scores differ by at most ``inert-tolerance`` (0.005 = half a point of accuracy; 0:
   identical scores only). An inert knob adds trials but no choice, so it does not count: a run's effective
@@ -191,6 +194,38 @@ def extend_grid(grid: tuple[float, ...], chosen: list[float], extended: dict[str
 
 def on_edge(grid: tuple[float, ...], lr: float) -> bool:
     return len(grid) > 1 and lr in (grid[0], grid[-1])
+
+
+def growable(values: tuple[Any, ...]) -> bool:
+    """A knob grid that can grow past an edge: two or more float values, increasing (a categorical, boolean or
+    integer knob cannot: no step to take)."""
+    return (len(values) > 1 and all(isinstance(v, float) for v in values)
+            and list(values) == sorted(set(values)))
+
+
+def extend_knob(key: str, values: tuple[float, ...], chosen: float, extended: dict[str, int],
+                max_extend: int) -> tuple[float, ...] | None:
+    """The knob grid ``values`` of ``key`` grown by one value beyond the edge ``chosen`` sits on, by the edge's
+    geometric step (edge x edge / neighbour, 3 significant digits; from a 0 neighbour: x sqrt(10) upwards); none
+    below 0 (a low edge of 0 is the knob's bound, not the grid's), nor outside ``key``'s bounds, nor past
+    ``max_extend`` values per side (``extended`` counts them and is updated). None when nothing grows."""
+    if not growable(values) or chosen not in (values[0], values[-1]):
+        return None
+    side = "low" if chosen == values[0] else "high"
+    if extended.get(side, 0) >= max_extend:
+        return None
+    edge, inner = (values[0], values[1]) if side == "low" else (values[-1], values[-2])
+    if edge <= 0:
+        return None
+    value = _sig3(edge * 10 ** 0.5) if inner == 0 else _sig3(edge * edge / inner)
+    try:
+        check_value(key, value)
+    except ConfigError:
+        return None
+    if value <= 0 or value in values:
+        return None
+    extended[side] = extended.get(side, 0) + 1
+    return tuple(sorted((*values, value)))
 
 
 def inert_knobs(trials: list[tuple[dict[str, Any], float]], knobs: list[str], tolerance: float) -> list[str]:

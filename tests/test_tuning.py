@@ -106,7 +106,8 @@ def test_tune_then_run_end_to_end_never_looks_at_test_accuracy(tmp_path, monkeyp
 
 # --- issue 31: grids grow past an edge a choice sits on; inert knobs do not count toward an equal budget ---
 
-from experiments.tuning import effective_budget, extend_grid, inert_knobs, makeup_lrs, on_edge  # noqa: E402
+from experiments.tuning import (effective_budget, extend_grid, extend_knob, growable, inert_knobs,  # noqa: E402
+                                makeup_lrs, on_edge)
 
 
 def test_grid_grows_past_the_chosen_edge_by_its_own_step_and_is_bounded():
@@ -120,6 +121,19 @@ def test_grid_grows_past_the_chosen_edge_by_its_own_step_and_is_bounded():
     assert extend_grid((0.01, 0.03, 0.1), [0.03], {}, 2) is None            # an inner choice: nothing grows
     assert extend_grid((0.01, 0.03, 0.1), [0.1], {}, 0) is None             # max-extend 0: a fixed grid
     assert on_edge((0.01, 0.03, 0.1), 0.1) and on_edge((0.01, 0.03), 0.01) and not on_edge((0.01, 0.03, 0.1), 0.03)
+
+
+def test_a_knob_grid_grows_past_the_chosen_edge_by_its_own_step_and_is_bounded():
+    ext: dict[str, int] = {}
+    assert extend_knob("fedprox.mu", (0.01, 0.1), 0.01, ext, 2) == (0.001, 0.01, 0.1) and ext == {"low": 1}
+    assert extend_knob("fedprox.mu", (0.001, 0.01, 0.1), 0.1, ext, 2) == (0.001, 0.01, 0.1, 1.0)
+    assert extend_knob("fedprox.mu", (0.001, 0.01, 0.1), 0.001, {"low": 2}, 2) is None   # max-extend reached
+    assert extend_knob("fedprox.mu", (0.001, 0.01, 0.1), 0.01, {}, 2) is None            # an inner choice
+    assert extend_knob("weight-decay", (0.0, 5e-4), 0.0, {}, 2) is None                  # 0: the knob's bound
+    assert extend_knob("weight-decay", (0.0, 5e-4), 5e-4, {}, 2) == (0.0, 5e-4, 0.00158)  # from 0: x sqrt(10)
+    assert extend_knob("fedrane.gne-scale", ("normalized", "fedavg-norm"), "normalized", {}, 2) is None
+    assert extend_knob("local-epochs", (1, 2), 2, {}, 2) is None                         # integers: no step
+    assert not growable((0.1,)) and not growable((0.2, 0.1)) and growable((0.0, 5e-4))
 
 
 def test_inert_knob_is_one_within_tolerance_at_every_other_value():
@@ -188,13 +202,19 @@ def test_tuning_grows_the_grid_and_makes_up_an_inert_knobs_budget(tmp_path, monk
     assert summary["lr-grid"] == [0.01, 0.03, 0.1, 0.333, 1.11] and summary["lr-grid-extended"] == {"low": 0, "high": 2}
     avg, prox = summary["runs"]["fedavg"], summary["runs"]["fedprox"]
     assert avg["chosen"]["lr"] == 1.11 and avg["on-edge"] is True          # the bound reached: said so
-    assert prox["chosen"] == {"lr": 0.1, "fedprox.mu": 0.01} and prox["on-edge"] is False
     assert avg["inert-knobs"] == ["weight-decay"] and prox["inert-knobs"] == []
-    # fedprox: 5 lr x 2 mu = 10 effective; fedavg: 5 distinct lr + 5 make-up lr values (weight decay at 0.0)
-    assert prox["effective-budget"] == 10 and avg["effective-budget"] == 10 and len(avg["makeup-lr"]) == 5
+    # fedprox's mu = 0.01 beat 1.0 at the low edge of its grid: the grid grew below by the edge's step (1e-4),
+    # where the score is flat (a tie, and the first goes): no further growth on a plateau, the edge is reported
+    assert prox["knob-grids-initial"] == {"fedprox.mu": [0.01, 1.0]}
+    assert prox["knob-grids"] == {"fedprox.mu": [0.0001, 0.01, 1.0]} and prox["knob-on-edge"] == ["fedprox.mu"]
+    assert prox["chosen"] == {"lr": 0.1, "fedprox.mu": 0.0001} and prox["on-edge"] is False
+    # weight decay's low edge is 0, the knob's bound: not grown, not reported as an edge
+    assert avg["knob-grids"] == {"weight-decay": [0.0, 5e-4]} and avg["knob-on-edge"] == []
+    # fedprox: 5 lr x 3 mu = 15 effective; fedavg: 5 distinct lr + 10 make-up lr values (weight decay at 0.0)
+    assert prox["effective-budget"] == 15 and avg["effective-budget"] == 15 and len(avg["makeup-lr"]) == 10
     assert all(t["values"]["weight-decay"] == 0.0 for t in avg["trials"][10:])
-    assert avg["budget"] == 15 and prox["budget"] == 10
+    assert avg["budget"] == 20 and prox["budget"] == 15
     n = len(calls)
-    assert n == 25 and all(c["seed"] == 100 and c["test-evaluation"] is False for c in calls)
+    assert n == 35 and all(c["seed"] == 100 and c["test-evaluation"] is False for c in calls)
     assert tune_mod.main([str(cfg)]) == 0 and len(calls) == n               # resumed: nothing runs twice
     assert json.loads((tmp_path / "results" / "tiny-tuning" / "tuning.json").read_text())["runs"] == summary["runs"]
