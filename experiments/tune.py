@@ -25,7 +25,7 @@ from typing import Any
 from experiments.run import (RESULTS_ROOT, is_complete, load_experiment, planned_config, sweep_progress,
                              write_split)
 from experiments.tuning import (METRIC, TUNING_FILE, TuningPlan, choose, effective_budget, extend_grid, extend_knob,
-                                growable, inert_knobs, makeup_lrs, on_edge, score, trial_name)
+                                growable, inert_knobs, knob_edges, makeup_lrs, on_edge, score, trial_name)
 from strategies.client_registry import RoundFailed
 
 MAX_PASSES = 12  # grid growth is bounded by max-extend per side and make-up by the largest budget: a safety cap
@@ -101,9 +101,10 @@ def _grow_knobs(plan: TuningPlan, chosen: dict[str, tuple[dict[str, Any], float]
     grew = False
     for label, (values, best) in chosen.items():
         for key, grid in list(knobs.get(label, {}).items()):
-            if not growable(grid) or values.get(key) not in (grid[0], grid[-1]):
+            if not growable(grid) or values.get(key) not in knob_edges(grid):
                 continue
-            inner = grid[1] if values[key] == grid[0] else grid[-2]
+            ordered = sorted(grid)
+            inner = ordered[1] if values[key] == ordered[0] else ordered[-2]
             neighbour = [s for t, s in scored[label] if t == {**values, key: inner}]
             if neighbour and math.isfinite(neighbour[0]) and not best > neighbour[0]:
                 continue
@@ -198,8 +199,8 @@ def main(argv: list[str] | None = None) -> int:
             "makeup-lr": sorted({t["lr"] for t in makeup[label]}), "on-edge": on_edge(grid, values["lr"]),
             "knob-grids": {k: list(v) for k, v in grids.items()},
             "knob-grids-initial": {k: list(v) for k, v in initial_knobs[label].items()},
-            "knob-on-edge": [k for k, v in grids.items() if growable(v) and values[k] in (v[0], v[-1])
-                             and not (values[k] == v[0] == 0.0)],
+            "knob-on-edge": [k for k, v in grids.items() if growable(v) and values[k] in knob_edges(v)
+                             and not (values[k] == min(v) == 0.0)],
             "trials": [{"values": t, "val_score": s if math.isfinite(s) else None} for t, s in scored[label]]}
         print(f"[chosen] {name}/{label}: {values} (validation {best:.4f}, {len(scored[label])} trials, "
               f"effective {summary['runs'][label]['effective-budget']}, inert {inert or 'none'})", flush=True)

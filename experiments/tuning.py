@@ -197,10 +197,14 @@ def on_edge(grid: tuple[float, ...], lr: float) -> bool:
 
 
 def growable(values: tuple[Any, ...]) -> bool:
-    """A knob grid that can grow past an edge: two or more float values, increasing (a categorical, boolean or
-    integer knob cannot: no step to take)."""
-    return (len(values) > 1 and all(isinstance(v, float) for v in values)
-            and list(values) == sorted(set(values)))
+    """A knob grid that can grow past an edge (its smallest or largest value): two or more distinct float values
+    (a categorical, boolean or integer knob cannot: no step to take)."""
+    return len(values) > 1 and all(isinstance(v, float) for v in values) and len(set(values)) == len(values)
+
+
+def knob_edges(values: tuple[float, ...]) -> tuple[float, float]:
+    """(smallest, largest) value of a growable knob grid, whatever order the config lists them in."""
+    return min(values), max(values)
 
 
 def extend_knob(key: str, values: tuple[float, ...], chosen: float, extended: dict[str, int],
@@ -209,12 +213,13 @@ def extend_knob(key: str, values: tuple[float, ...], chosen: float, extended: di
     geometric step (edge x edge / neighbour, 3 significant digits; from a 0 neighbour: x sqrt(10) upwards); none
     below 0 (a low edge of 0 is the knob's bound, not the grid's), nor outside ``key``'s bounds, nor past
     ``max_extend`` values per side (``extended`` counts them and is updated). None when nothing grows."""
-    if not growable(values) or chosen not in (values[0], values[-1]):
+    if not growable(values) or chosen not in knob_edges(values):
         return None
-    side = "low" if chosen == values[0] else "high"
+    ordered = sorted(values)
+    side = "low" if chosen == ordered[0] else "high"
     if extended.get(side, 0) >= max_extend:
         return None
-    edge, inner = (values[0], values[1]) if side == "low" else (values[-1], values[-2])
+    edge, inner = (ordered[0], ordered[1]) if side == "low" else (ordered[-1], ordered[-2])
     if edge <= 0:
         return None
     value = _sig3(edge * 10 ** 0.5) if inner == 0 else _sig3(edge * edge / inner)
@@ -225,7 +230,7 @@ def extend_knob(key: str, values: tuple[float, ...], chosen: float, extended: di
     if value <= 0 or value in values:
         return None
     extended[side] = extended.get(side, 0) + 1
-    return tuple(sorted((*values, value)))
+    return tuple(sorted((*values, value)))  # sorted: a grid listed in decreasing order grows in increasing order
 
 
 def inert_knobs(trials: list[tuple[dict[str, Any], float]], knobs: list[str], tolerance: float) -> list[str]:

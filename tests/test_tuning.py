@@ -133,7 +133,10 @@ def test_a_knob_grid_grows_past_the_chosen_edge_by_its_own_step_and_is_bounded()
     assert extend_knob("weight-decay", (0.0, 5e-4), 5e-4, {}, 2) == (0.0, 5e-4, 0.00158)  # from 0: x sqrt(10)
     assert extend_knob("fedrane.gne-scale", ("normalized", "fedavg-norm"), "normalized", {}, 2) is None
     assert extend_knob("local-epochs", (1, 2), 2, {}, 2) is None                         # integers: no step
-    assert not growable((0.1,)) and not growable((0.2, 0.1)) and growable((0.0, 5e-4))
+    assert not growable((0.1,)) and not growable((0.1, 0.1)) and growable((0.0, 5e-4))
+    # a grid listed in decreasing order: its smallest value is its low edge; the grown grid is increasing
+    assert extend_knob("fedbc.eta-lambda", (1e-3, 5e-4), 5e-4, {}, 2) == (0.00025, 5e-4, 1e-3)
+    assert extend_knob("fedbc.eta-lambda", (1e-3, 5e-4), 1e-3, {}, 2) == (5e-4, 1e-3, 0.002)
 
 
 def test_inert_knob_is_one_within_tolerance_at_every_other_value():
