@@ -95,13 +95,16 @@ def _grow_knobs(plan: TuningPlan, chosen: dict[str, tuple[dict[str, Any], float]
                 extended: dict[str, dict[str, dict[str, int]]], name: str) -> dict[str, dict[str, tuple]] | None:
     """The runs' knob grids with one value added beyond each edge a run's chosen knob value sits on
     (tuning.extend_knob) while the score still rises towards it: the choice scores strictly above the same
-    trial with the knob at the edge's neighbour (on a plateau a further value changes nothing); None when none
-    grew."""
+    trial with the knob at the edge's neighbour (on a plateau a further value changes nothing), and the knob is
+    not inert for the run (its values move no score by more than inert-tolerance: its "choice" is noise); None
+    when none grew."""
     knobs = {label: dict(grids) for label, grids in plan.knobs.items()}
     grew = False
     for label, (values, best) in chosen.items():
         for key, grid in list(knobs.get(label, {}).items()):
             if not growable(grid) or values.get(key) not in knob_edges(grid):
+                continue
+            if inert_knobs(scored[label], [key], plan.inert_tolerance):  # no choice made: nothing to grow for
                 continue
             ordered = sorted(grid)
             inner = ordered[1] if values[key] == ordered[0] else ordered[-2]

@@ -221,3 +221,19 @@ def test_tuning_grows_the_grid_and_makes_up_an_inert_knobs_budget(tmp_path, monk
     assert n == 35 and all(c["seed"] == 100 and c["test-evaluation"] is False for c in calls)
     assert tune_mod.main([str(cfg)]) == 0 and len(calls) == n               # resumed: nothing runs twice
     assert json.loads((tmp_path / "results" / "tiny-tuning" / "tuning.json").read_text())["runs"] == summary["runs"]
+
+
+def test_a_knob_grows_only_while_its_score_rises_and_never_when_it_is_inert():
+    plan = parse_plan({"lr": [0.01, 0.1], "knobs": {"a": {"fedprox.mu": [0.01, 0.1]}}}, ["a"], "cfg")
+
+    def grown(scores):
+        scored = {"a": [({"lr": lr, "fedprox.mu": mu}, s) for (lr, mu), s in scores.items()]}
+        best = max(scored["a"], key=lambda t: t[1])
+        out = tune_mod._grow_knobs(plan, {"a": best}, scored, {"a": {}}, "t")
+        return None if out is None else out["a"]["fedprox.mu"]
+
+    rising = {(0.01, 0.01): 0.70, (0.01, 0.1): 0.60, (0.1, 0.01): 0.80, (0.1, 0.1): 0.75}
+    assert grown(rising) == (0.001, 0.01, 0.1)                                 # 0.80 > 0.75: grows below
+    assert grown({**rising, (0.1, 0.1): 0.80}) is None                         # a tie at the choice's lr: plateau
+    inert = {(0.01, 0.01): 0.700, (0.01, 0.1): 0.699, (0.1, 0.01): 0.801, (0.1, 0.1): 0.800}
+    assert grown(inert) is None                                                # within inert-tolerance everywhere
