@@ -43,11 +43,16 @@ def _trial_values(doc: dict[str, Any], plan: TuningPlan, root: Path, label: str,
             "out-dir": str(_trial_dir(root, label, trial)), "checkpoint": False, "overwrite": True}
 
 
+def _num_partitions(doc: dict[str, Any]) -> int:
+    """The experiment's federation size: the clients its splits are drawn over."""
+    return int(doc["experiment"].get("num-supernodes", 10))
+
+
 def _finished(root: Path, label: str, trial: dict[str, Any], doc: dict[str, Any], plan: TuningPlan) -> bool:
     """Whether the trial ran every round with the values planned now (a trial recorded with other values,
     e.g. before the config's base changed, runs again)."""
     return is_complete(_trial_dir(root, label, trial), planned_config(_trial_values(doc, plan, root, label, trial)),
-                       int(doc["experiment"].get("num-supernodes", 10)))
+                       _num_partitions(doc))
 
 
 def _ran_now(root: Path, label: str, trial: dict[str, Any], since: float) -> bool:
@@ -155,8 +160,8 @@ def main(argv: list[str] | None = None) -> int:
             print(f"{sweep_progress(done, total, time.time() - t0)} tune {name}/{label} {trial}", flush=True)
             try:
                 values = _trial_values(doc, plan, root, label, trial)
-                simulate(values, num_supernodes=int(exp.get("num-supernodes", 10)))
-                write_split(_trial_dir(root, label, trial), planned_config(values), int(exp.get("num-supernodes", 10)))
+                simulate(values, num_supernodes=_num_partitions(doc))
+                write_split(_trial_dir(root, label, trial), planned_config(values), _num_partitions(doc))
             except RoundFailed as exc:  # too few usable updates: the trial diverged, it scores NaN
                 print(f"[diverged] {name}/{label} {trial}: {str(exc)[:200]}", flush=True)
                 diverged.append(f"{label}/{trial_name(trial)}")
