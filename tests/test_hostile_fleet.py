@@ -646,20 +646,31 @@ def test_slow_clients_do_not_starve_control_health_or_the_nodes(fleet) -> None:
     # the same attack against a Fleet instance it exhausts (FLEET_CONNECTIONS=128): the Fleet port is lost for
     # the attack, but Control and health run in their own nginx instances and still answer
     _restart_proxy(fed, {**fed.proxy_settings, "FLEET_CONNECTIONS": "128"})
+    # The Fleet probe goes first, as soon as the attack holds FULL of the 128 connections (the rest are the
+    # listener's and the nodes'): the half headers are dropped after 5 s, and in that drop wave a free slot can
+    # go to anyone, so a probe made after `flwr ls` (seconds of CLI start) can land in it (seen in CI: 401).
+    FULL = 96
+    t_flood = time.time()
     flood = _SlowClients(fed.fleet_port, fed.certs / "ca.crt", CONNS, ATTACK_S)
     try:
-        time.sleep(3.0)
+        while flood.open < FULL and time.time() < t_flood + ATTACK_S / 2:
+            time.sleep(0.05)
+        open_at_probe, t_full2 = flood.open, time.time() - t_flood
+        fleet_up = _post(fed, "/v1/fleet/get-run", b"", source="127.0.0.3", timeout=2)
+        with flood.lock:
+            timed_out_before_probe = [round(h, 2) for h in flood.held if h > 1.0]
         ls2 = fed.flwr("list", fed.connection, "--format", "json", timeout=30)
         conn = http.client.HTTPConnection("127.0.0.1", fed.health_port, timeout=10)
         conn.request("GET", "/healthz")
         health2 = conn.getresponse().status
         conn.close()
-        fleet_up = _post(fed, "/v1/fleet/get-run", b"", source="127.0.0.3", timeout=3)
     finally:
         flood.join()
         _restart_proxy(fed, {k: v for k, v in fed.proxy_settings.items() if k != "FLEET_CONNECTIONS"})
     t_back = time.time()
     assert ls2.returncode == 0 and health2 == 200, ls2.stdout + ls2.stderr
+    # the probe ended before the first header timeout (connections the full proxy closed at once do not count)
+    assert open_at_probe >= FULL and not timed_out_before_probe, (open_at_probe, timed_out_before_probe)
     assert fleet_up in (0, 503), fleet_up          # the exhausted Fleet instance had nothing left for others
     doc = _train_round(fed, tmp, "after-slow-clients")
     assert doc["rounds"][0]["num_updates"] == NODES
@@ -669,9 +680,11 @@ def test_slow_clients_do_not_starve_control_health_or_the_nodes(fleet) -> None:
         "healthz_ms": round(health_s * 1000), "node_polls_into_attack_s": [round(min(late.values()), 1),
                                                                            round(max(late.values()), 1)],
         "dropped_by_proxy": attack.dropped, "median_held_s": round(float(np.median(attack.held)), 1),
-        "exhausted_fleet_128": {"fleet_request": fleet_up, "flwr_ls_exit": ls2.returncode, "healthz": health2,
+        "exhausted_fleet_128": {"fleet_request": fleet_up, "attack_open_at_probe": open_at_probe,
+                                "flwr_ls_exit": ls2.returncode, "healthz": health2,
                                 "round_done_after_attack_s": round(time.time() - t_back, 1)}}
-    print(f"[slow clients] against FLEET_CONNECTIONS=128 (exhausted, a Fleet request got {fleet_up or 'no answer'}): "
+    print(f"[slow clients] against FLEET_CONNECTIONS=128 (exhausted: {open_at_probe} attack connections open "
+          f"{t_full2:.1f} s into the attack; a Fleet request got {fleet_up or 'no answer'}): "
           f"flwr ls exit {ls2.returncode}, /healthz {health2}; a round on all 3 nodes finished "
           f"{time.time() - t_back:.1f} s after the attack")
     print(f"\n[slow clients] {CONNS} half-header TLS connections from one address for {ATTACK_S:.0f} s "
