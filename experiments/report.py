@@ -204,8 +204,10 @@ def tuning_table(exp_dir: Path) -> str:
         return ""
     doc = json.loads(f.read_text())
     tol = doc.get("inert-tolerance")
-    lines = [f"Tuning ({doc.get('metric')}, validation-fraction {doc.get('validation-fraction')}, tuning seed "
-             f"{doc.get('seed')}, {_grid_line(doc)}; the test set is not evaluated during tuning; files: "
+    seeds = doc.get("seeds") or [doc.get("seed")]
+    lines = [f"Tuning ({doc.get('metric')}, validation-fraction {doc.get('validation-fraction')}, tuning "
+             + (f"seeds {', '.join(map(str, seeds))}" if len(seeds) > 1 else f"seed {seeds[0]}")
+             + f", {_grid_line(doc)}; the test set is not evaluated during tuning; files: "
              f"`results/{exp_dir.name}/tuning.json`, `results/{exp_dir.name}/tuning/`)"
              + (f". Effective budget: distinct settings of the knobs that move some score by more than {tol} "
                 f"(inert knobs do not count; a run short of the largest budget gets make-up lr values)"

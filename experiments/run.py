@@ -65,16 +65,17 @@ def load_experiment(path: Path) -> dict[str, Any]:
             raise ConfigError(f"{path}: run '{label}': {exc}") from None
     doc["tuning"] = parse_plan(doc["tuning"], list(doc["runs"]), str(path)) if "tuning" in doc else None
     if doc["tuning"] is not None:
-        check_tuning_seed(doc["tuning"].seed, exp.get("seeds", [0, 1, 2]), f"{path}: [experiment] seeds")
+        check_tuning_seed(doc["tuning"].seeds, exp.get("seeds", [0, 1, 2]), f"{path}: [experiment] seeds")
     return doc
 
 
-def check_tuning_seed(tuning_seed: int, reported: list[int], where: str) -> None:
+def check_tuning_seed(tuning_seeds: tuple[int, ...], reported: list[int], where: str) -> None:
     """Refuse a tuning seed that is also a reported seed: the choice would be made on the very federation
     (partition, validation split, model initialisation) whose test accuracy is then reported."""
-    if int(tuning_seed) in {int(s) for s in reported}:
-        raise ConfigError(f"tuning seed {tuning_seed} ([tuning] seed) is also a reported seed ({where} = "
-                          f"{sorted(int(s) for s in reported)}): tune on a seed that is not reported")
+    for tuning_seed in tuning_seeds:
+        if int(tuning_seed) in {int(s) for s in reported}:
+            raise ConfigError(f"tuning seed {tuning_seed} ([tuning] seed/seeds) is also a reported seed ({where} = "
+                              f"{sorted(int(s) for s in reported)}): tune on a seed that is not reported")
 
 
 def tuned_runs(doc: dict[str, Any], root: Path, only: list[str] | None = None) -> dict[str, dict[str, Any]]:
@@ -173,7 +174,7 @@ def main(argv: list[str] | None = None) -> int:
     name = exp["name"]
     seeds = args.seeds if args.seeds is not None else exp.get("seeds", [0, 1, 2])
     if doc["tuning"] is not None:
-        check_tuning_seed(doc["tuning"].seed, seeds, "--seeds" if args.seeds is not None else "[experiment] seeds")
+        check_tuning_seed(doc["tuning"].seeds, seeds, "--seeds" if args.seeds is not None else "[experiment] seeds")
     out_root = RESULTS_ROOT / name
     out_root.mkdir(parents=True, exist_ok=True)
     shutil.copyfile(args.config, out_root / "experiment.toml")

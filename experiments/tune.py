@@ -25,22 +25,26 @@ from typing import Any
 from experiments.run import (RESULTS_ROOT, is_complete, load_experiment, planned_config, sweep_progress,
                              write_split)
 from experiments.tuning import (METRIC, TUNING_FILE, TuningPlan, choose, effective_budget, extend_grid, extend_knob,
-                                growable, inert_knobs, knob_edges, makeup_lrs, on_edge, score, trial_name)
+                                growable, inert_knobs, knob_edges, makeup_lrs, mean_score, on_edge, score,
+                                trial_name)
 from strategies.client_registry import RoundFailed
 
 MAX_PASSES = 12  # grid growth is bounded by max-extend per side and make-up by the largest budget: a safety cap
 
 
-def _trial_dir(root: Path, label: str, trial: dict[str, Any]) -> Path:
-    return root / "tuning" / label / trial_name(trial)
+def _trial_dir(root: Path, label: str, trial: dict[str, Any], plan: TuningPlan, seed: int) -> Path:
+    """The trial's folder on tuning seed ``seed``: the first seed's is the trial's own folder (as with a single
+    tuning seed), each further seed's is seed=<s>/ inside it."""
+    own = root / "tuning" / label / trial_name(trial)
+    return own if seed == plan.seed else own / f"seed={seed}"
 
 
 def _trial_values(doc: dict[str, Any], plan: TuningPlan, root: Path, label: str,
-                  trial: dict[str, Any]) -> dict[str, Any]:
-    """The run config of one trial: tuning seed, validation split, no test evaluation."""
-    return {**doc["base"], **doc["runs"][label], **trial, "seed": plan.seed,
+                  trial: dict[str, Any], seed: int) -> dict[str, Any]:
+    """The run config of one trial on one tuning seed: validation split, no test evaluation."""
+    return {**doc["base"], **doc["runs"][label], **trial, "seed": seed,
             "validation-fraction": plan.validation_fraction, "test-evaluation": False,
-            "out-dir": str(_trial_dir(root, label, trial)), "checkpoint": False, "overwrite": True}
+            "out-dir": str(_trial_dir(root, label, trial, plan, seed)), "checkpoint": False, "overwrite": True}
 
 
 def _num_partitions(doc: dict[str, Any]) -> int:
@@ -48,24 +52,30 @@ def _num_partitions(doc: dict[str, Any]) -> int:
     return int(doc["experiment"].get("num-supernodes", 10))
 
 
-def _finished(root: Path, label: str, trial: dict[str, Any], doc: dict[str, Any], plan: TuningPlan) -> bool:
-    """Whether the trial ran every round with the values planned now (a trial recorded with other values,
-    e.g. before the config's base changed, runs again)."""
-    return is_complete(_trial_dir(root, label, trial), planned_config(_trial_values(doc, plan, root, label, trial)),
-                       _num_partitions(doc))
+def _finished(root: Path, label: str, trial: dict[str, Any], doc: dict[str, Any], plan: TuningPlan,
+              seed: int) -> bool:
+    """Whether the trial ran every round on tuning seed ``seed`` with the values planned now (a trial recorded
+    with other values, e.g. before the config's base changed, runs again)."""
+    values = _trial_values(doc, plan, root, label, trial, seed)
+    return is_complete(_trial_dir(root, label, trial, plan, seed), planned_config(values), _num_partitions(doc))
 
 
-def _ran_now(root: Path, label: str, trial: dict[str, Any], since: float) -> bool:
-    """Whether this invocation wrote the trial's results already (--force re-runs each trial once)."""
-    f = _trial_dir(root, label, trial) / "results.json"
+def _ran_now(root: Path, label: str, trial: dict[str, Any], plan: TuningPlan, seed: int, since: float) -> bool:
+    """Whether this invocation wrote the trial's results on ``seed`` already (--force re-runs each once)."""
+    f = _trial_dir(root, label, trial, plan, seed) / "results.json"
     return f.exists() and f.stat().st_mtime >= since
 
 
+def _seed_scores(root: Path, label: str, trial: dict[str, Any], doc: dict[str, Any],
+                 plan: TuningPlan) -> list[float]:
+    """The trial's validation score on each tuning seed; NaN where it did not finish every round (diverged)."""
+    return [score(json.loads((_trial_dir(root, label, trial, plan, s) / "results.json").read_text()), plan.last_rounds)
+            if _finished(root, label, trial, doc, plan, s) else float("nan") for s in plan.seeds]
+
+
 def _score(root: Path, label: str, trial: dict[str, Any], doc: dict[str, Any], plan: TuningPlan) -> float:
-    """The trial's validation score; NaN (it never wins) when it did not finish every round (diverged)."""
-    if not _finished(root, label, trial, doc, plan):
-        return float("nan")
-    return score(json.loads((_trial_dir(root, label, trial) / "results.json").read_text()), plan.last_rounds)
+    """The trial's validation score: its mean over the tuning seeds (tuning.mean_score; NaN never wins)."""
+    return mean_score(_seed_scores(root, label, trial, doc, plan))
 
 
 def _make_up(plan: TuningPlan, labels: list[str], scored: dict[str, list[tuple[dict[str, Any], float]]],
@@ -125,6 +135,16 @@ def _grow_knobs(plan: TuningPlan, chosen: dict[str, tuple[dict[str, Any], float]
     return knobs if grew else None
 
 
+def _trial_record(root: Path, label: str, trial: dict[str, Any], mean: float, doc: dict[str, Any],
+                  plan: TuningPlan) -> dict[str, Any]:
+    """A trial's entry in tuning.json: its values, its score and, with several tuning seeds, each seed's."""
+    out: dict[str, Any] = {"values": trial, "val_score": mean if math.isfinite(mean) else None}
+    if len(plan.seeds) > 1:
+        out["val_scores"] = {str(s): v if math.isfinite(v) else None
+                             for s, v in zip(plan.seeds, _seed_scores(root, label, trial, doc, plan))}
+    return out
+
+
 def main(argv: list[str] | None = None) -> int:
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("config", type=Path)
@@ -152,18 +172,23 @@ def main(argv: list[str] | None = None) -> int:
     t0, done = time.time(), 0
     for _ in range(MAX_PASSES):  # each pass: run what is missing, then grow the grid or make up a budget
         trials = {label: plan.trials(label, grid) + makeup[label] for label in labels}
-        todo = [(label, t) for label in labels for t in trials[label]
+        todo = [(label, t, s) for label in labels for t in trials[label] for s in plan.seeds
                 if f"{label}/{trial_name(t)}" not in failed + diverged
-                and (args.force and not _ran_now(root, label, t, t0) or not _finished(root, label, t, doc, plan))]
+                and (args.force and not _ran_now(root, label, t, plan, s, t0)
+                     or not _finished(root, label, t, doc, plan, s))]
         total = done + len(todo)
-        for label, trial in todo:
-            print(f"{sweep_progress(done, total, time.time() - t0)} tune {name}/{label} {trial}", flush=True)
+        for label, trial, seed in todo:
+            if f"{label}/{trial_name(trial)}" in failed + diverged:  # failed on another seed: its score is NaN
+                done += 1
+                continue
+            print(f"{sweep_progress(done, total, time.time() - t0)} tune {name}/{label} {trial}"
+                  + (f" seed {seed}" if len(plan.seeds) > 1 else ""), flush=True)
             try:
-                values = _trial_values(doc, plan, root, label, trial)
+                values = _trial_values(doc, plan, root, label, trial, seed)
                 simulate(values, num_supernodes=_num_partitions(doc))
-                write_split(_trial_dir(root, label, trial), planned_config(values), _num_partitions(doc))
+                write_split(_trial_dir(root, label, trial, plan, seed), planned_config(values), _num_partitions(doc))
             except RoundFailed as exc:  # too few usable updates: the trial diverged, it scores NaN
-                print(f"[diverged] {name}/{label} {trial}: {str(exc)[:200]}", flush=True)
+                print(f"[diverged] {name}/{label} {trial} seed {seed}: {str(exc)[:200]}", flush=True)
                 diverged.append(f"{label}/{trial_name(trial)}")
             except Exception:  # noqa: BLE001 - report at the end, keep tuning the others
                 traceback.print_exc()
@@ -189,7 +214,9 @@ def main(argv: list[str] | None = None) -> int:
         if not _make_up(plan, labels, scored, chosen, makeup, name):
             break
     summary = json.loads((root / TUNING_FILE).read_text()) if (root / TUNING_FILE).exists() else {"runs": {}}
-    summary.update({"metric": f"mean {METRIC} over the last {plan.last_rounds} rounds", "seed": plan.seed,
+    summary.update({"metric": f"mean {METRIC} over the last {plan.last_rounds} rounds"
+                              + (f", averaged over {len(plan.seeds)} tuning seeds" if len(plan.seeds) > 1 else ""),
+                    "seed": plan.seed, "seeds": list(plan.seeds),
                     "validation-fraction": plan.validation_fraction, "lr-grid": list(grid),
                     "lr-grid-initial": list(plan.lr), "lr-grid-extended": extended, "max-extend": plan.max_extend,
                     "inert-tolerance": plan.inert_tolerance})
@@ -209,7 +236,7 @@ def main(argv: list[str] | None = None) -> int:
             "knob-grids-initial": {k: list(v) for k, v in initial_knobs[label].items()},
             "knob-on-edge": [k for k, v in grids.items() if growable(v) and values[k] in knob_edges(v)
                              and not (values[k] == min(v) == 0.0)],
-            "trials": [{"values": t, "val_score": s if math.isfinite(s) else None} for t, s in scored[label]]}
+            "trials": [_trial_record(root, label, t, s, doc, plan) for t, s in scored[label]]}
         print(f"[chosen] {name}/{label}: {values} (validation {best:.4f}, {len(scored[label])} trials, "
               f"effective {summary['runs'][label]['effective-budget']}, inert {inert or 'none'})", flush=True)
     root.mkdir(parents=True, exist_ok=True)

@@ -237,3 +237,66 @@ def test_a_knob_grows_only_while_its_score_rises_and_never_when_it_is_inert():
     assert grown({**rising, (0.1, 0.1): 0.80}) is None                         # a tie at the choice's lr: plateau
     inert = {(0.01, 0.01): 0.700, (0.01, 0.1): 0.699, (0.1, 0.01): 0.801, (0.1, 0.1): 0.800}
     assert grown(inert) is None                                                # within inert-tolerance everywhere
+
+
+def test_several_tuning_seeds_score_each_trial_by_its_mean_and_a_divergence_on_one_seed_disqualifies_it(
+        tmp_path, monkeypatch):
+    """With ``seeds = [100, 101]`` a trial runs on both federations and scores the mean of its validation
+    accuracies; lr 0.3 wins on seed 100 alone (the single-seed choice) but diverges on seed 101, so the mean
+    picks lr 0.01. The first seed's trials stay in the trial's folder (a single-seed tuning's trials are reused),
+    the second seed's go to seed=101/ inside it, tuning.json records each seed's score, and a second invocation
+    only retries the diverged trials."""
+    import experiments.simulate as sim_mod
+    from experiments.tuning import mean_score
+    from strategies.client_registry import RoundFailed
+
+    def score_of(v):
+        if v["lr"] == 0.3 and v["seed"] == 101:
+            raise RoundFailed("too few usable updates")
+        base = {0.01: 0.60, 0.3: 0.90}[v["lr"]] + (0.01 if v["seed"] == 101 else 0.0)
+        return base - (0.02 if v.get("weight-decay") or v.get("fedprox.mu") == 1.0 else 0.0)
+    fake, calls = _fake_simulate(score_of)
+    monkeypatch.setattr(sim_mod, "simulate", fake)
+    monkeypatch.setattr(tune_mod, "RESULTS_ROOT", tmp_path / "results")
+    root = tmp_path / "results" / "tiny-tuning"
+    single = tmp_path / "single.toml"
+    single.write_text(CONFIG)
+    assert tune_mod.main([str(single)]) == 0
+    one = json.loads((root / "tuning.json").read_text())
+    assert one["runs"]["fedavg"]["chosen"] == {"lr": 0.3, "weight-decay": 0.0} and one["seeds"] == [100]
+    assert "val_scores" not in one["runs"]["fedavg"]["trials"][0]
+    n_single = len(calls)
+    assert n_single == 8 and {c["seed"] for c in calls} == {100}
+
+    multi = tmp_path / "multi.toml"
+    multi.write_text(CONFIG.replace("seed = 100", "seeds = [100, 101]"))
+    assert tune_mod.main([str(multi)]) == 0
+    assert len(calls) == 2 * n_single and {c["seed"] for c in calls[n_single:]} == {101}  # seed 100's reused
+    assert all(c["out-dir"].endswith("/seed=101") for c in calls[n_single:])
+    summary = json.loads((root / "tuning.json").read_text())
+    assert summary["seeds"] == [100, 101] and summary["seed"] == 100 and "2 tuning seeds" in summary["metric"]
+    avg, prox = summary["runs"]["fedavg"], summary["runs"]["fedprox"]
+    assert avg["chosen"] == {"lr": 0.01, "weight-decay": 0.0} and prox["chosen"] == {"lr": 0.01, "fedprox.mu": 0.01}
+    assert avg["val_score"] == pytest.approx(0.605)
+    by_values = {json.dumps(t["values"], sort_keys=True): t for t in avg["trials"]}
+    best = by_values[json.dumps({"lr": 0.01, "weight-decay": 0.0}, sort_keys=True)]
+    assert best["val_scores"] == {"100": pytest.approx(0.60), "101": pytest.approx(0.61)}
+    lost = by_values[json.dumps({"lr": 0.3, "weight-decay": 0.0}, sort_keys=True)]
+    assert lost["val_score"] is None and lost["val_scores"] == {"100": pytest.approx(0.90), "101": None}
+    before = len(calls)
+    assert tune_mod.main([str(multi)]) == 0     # resumed: only the diverged (unfinished) seed-101 trials run again
+    assert [(c["lr"], c["seed"]) for c in calls[before:]] == [(0.3, 101)] * 4
+    assert json.loads((root / "tuning.json").read_text())["runs"] == summary["runs"]
+    assert math.isnan(mean_score([0.5, float("nan")])) and mean_score([0.5, 0.7]) == pytest.approx(0.6)
+    assert mean_score([0.123456789]) == 0.123456789                         # one seed: its score unchanged
+
+
+def test_tuning_seeds_are_checked_and_none_may_be_reported():
+    assert parse_plan({"lr": [0.01], "seeds": [100, 7]}, ["a"], "cfg").seeds == (100, 7)
+    assert parse_plan({"lr": [0.01]}, ["a"], "cfg").seeds == (100,)
+    for bad, msg in (({"seed": 1, "seeds": [2]}, "both 'seed' and 'seeds'"), ({"seeds": []}, "non-empty list"),
+                     ({"seeds": [1, 1]}, "repeat"), ({"seeds": [1.5]}, "integers")):
+        with pytest.raises(ConfigError, match=msg):
+            parse_plan({"lr": [0.01], **bad}, ["a"], "cfg")
+    with pytest.raises(ConfigError, match="tuning seed 3 .* is also a reported seed"):
+        run_mod.check_tuning_seed((100, 3), [0, 1, 2, 3], "[experiment] seeds")
