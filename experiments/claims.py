@@ -183,11 +183,11 @@ def ledger(results_root: Path, claims: list[Claim], titles: dict[str, str]) -> s
         if v == "not run":
             reasons.append(f"- **{c.id}** (not run): results/{c.experiment}/ has fewer than {c.min_seeds} finished "
                            f"seeds of both '{c.baseline}' and '{c.method}'")
-        elif v != "reproduced":
+        elif v != "reproduced" or c.reason:  # a reproduced claim's reason is a caveat the verdict needs
             reasons.append(f"- **{c.id}** ({v}): " + (fill_reason(results_root, c) or "measured reason not yet "
                                                               "written in experiments/claims.toml"))
     if reasons:
-        lines += ["", "Why, where a claim does not hold (measured):", "", *reasons]
+        lines += ["", "Why, where a claim does not hold (measured), and a caveat where one holds:", "", *reasons]
     return "\n".join(lines)
 
 
