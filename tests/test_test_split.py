@@ -3,6 +3,8 @@ and no test sample a ledger row reports on is in any of its tuning trials' train
 
 from __future__ import annotations
 
+import itertools
+
 import tomllib
 
 import numpy as np
@@ -59,7 +61,7 @@ def test_no_reported_test_sample_is_in_any_tuning_trials_training_or_validation_
     doc = load_experiment(CONFIGS / f"{experiment}.toml")
     plan, exp = doc["tuning"], doc["experiment"]
     n = int(exp["num-supernodes"])
-    assert plan.seed not in exp["seeds"] and len(exp["seeds"]) >= 5
+    assert not set(plan.seeds) & set(exp["seeds"]) and len(exp["seeds"]) >= 5
     # rotation only turns images: compare the unrotated samples (the same ones, by the same indices)
     unrotate = {"rotation-step-deg": 0.0}
     reported: set[bytes] = set()
@@ -69,8 +71,9 @@ def test_no_reported_test_sample_is_in_any_tuning_trials_training_or_validation_
             reported |= _rows(x)
     assert len(reported) == len(x)  # one test set for every seed and run
     for label, over in doc["runs"].items():
-        for trial in plan.trials(label)[:1] + plan.trials(label)[-1:]:  # the data does not depend on lr or knobs
-            cfg = _cfg({**doc["base"], **over, **trial, **unrotate, "seed": plan.seed,
+        # the data does not depend on lr or knobs; it does on the tuning seed: each tuning federation is checked
+        for trial, tuning_seed in itertools.product(plan.trials(label)[:1] + plan.trials(label)[-1:], plan.seeds):
+            cfg = _cfg({**doc["base"], **over, **trial, **unrotate, "seed": tuning_seed,
                         "validation-fraction": plan.validation_fraction, "test-evaluation": False})
             seen: set[bytes] = set()
             for cid in range(n):
@@ -95,7 +98,9 @@ def test_committed_claim_configs_keep_tuning_and_reported_seeds_apart():
     for experiment in _experiments():
         with (CONFIGS / f"{experiment}.toml").open("rb") as fh:
             doc = tomllib.load(fh)
-        assert doc["tuning"]["seed"] not in doc["experiment"]["seeds"], experiment
+        tuning = doc["tuning"]
+        assert ("seed" in tuning) != ("seeds" in tuning), experiment
+        assert not set(tuning.get("seeds", [tuning.get("seed")])) & set(doc["experiment"]["seeds"]), experiment
 
 
 SEED_CONFIG = """
