@@ -73,11 +73,6 @@ def _seed_scores(root: Path, label: str, trial: dict[str, Any], doc: dict[str, A
             if _finished(root, label, trial, doc, plan, s) else float("nan") for s in plan.seeds]
 
 
-def _score(root: Path, label: str, trial: dict[str, Any], doc: dict[str, Any], plan: TuningPlan) -> float:
-    """The trial's validation score: its mean over the tuning seeds (tuning.mean_score; NaN never wins)."""
-    return mean_score(_seed_scores(root, label, trial, doc, plan))
-
-
 def _make_up(plan: TuningPlan, labels: list[str], scored: dict[str, list[tuple[dict[str, Any], float]]],
              chosen: dict[str, tuple[dict[str, Any], float]], makeup: dict[str, list[dict[str, Any]]],
              name: str) -> bool:
@@ -135,13 +130,13 @@ def _grow_knobs(plan: TuningPlan, chosen: dict[str, tuple[dict[str, Any], float]
     return knobs if grew else None
 
 
-def _trial_record(root: Path, label: str, trial: dict[str, Any], mean: float, doc: dict[str, Any],
-                  plan: TuningPlan) -> dict[str, Any]:
-    """A trial's entry in tuning.json: its values, its score and, with several tuning seeds, each seed's."""
+def _trial_record(trial: dict[str, Any], per_seed: list[float], plan: TuningPlan) -> dict[str, Any]:
+    """A trial's entry in tuning.json: its values, its score (tuning.mean_score) and, with several tuning seeds,
+    each seed's."""
+    mean = mean_score(per_seed)
     out: dict[str, Any] = {"values": trial, "val_score": mean if math.isfinite(mean) else None}
     if len(plan.seeds) > 1:
-        out["val_scores"] = {str(s): v if math.isfinite(v) else None
-                             for s, v in zip(plan.seeds, _seed_scores(root, label, trial, doc, plan))}
+        out["val_scores"] = {str(s): v if math.isfinite(v) else None for s, v in zip(plan.seeds, per_seed)}
     return out
 
 
@@ -194,7 +189,9 @@ def main(argv: list[str] | None = None) -> int:
                 traceback.print_exc()
                 failed.append(f"{label}/{trial_name(trial)}")
             done += 1
-        scored = {label: [(t, _score(root, label, t, doc, plan)) for t in trials[label]] for label in labels}
+        per_seed = {label: [_seed_scores(root, label, t, doc, plan) for t in trials[label]] for label in labels}
+        # a trial's score: its mean over the tuning seeds (tuning.mean_score; NaN never wins)
+        scored = {label: [(t, mean_score(p)) for t, p in zip(trials[label], per_seed[label])] for label in labels}
         chosen = {}
         for label in labels:
             try:
@@ -236,7 +233,7 @@ def main(argv: list[str] | None = None) -> int:
             "knob-grids-initial": {k: list(v) for k, v in initial_knobs[label].items()},
             "knob-on-edge": [k for k, v in grids.items() if growable(v) and values[k] in knob_edges(v)
                              and not (values[k] == min(v) == 0.0)],
-            "trials": [_trial_record(root, label, t, s, doc, plan) for t, s in scored[label]]}
+            "trials": [_trial_record(t, p, plan) for t, p in zip(trials[label], per_seed[label])]}
         print(f"[chosen] {name}/{label}: {values} (validation {best:.4f}, {len(scored[label])} trials, "
               f"effective {summary['runs'][label]['effective-budget']}, inert {inert or 'none'})", flush=True)
     root.mkdir(parents=True, exist_ok=True)
