@@ -81,6 +81,10 @@ def config_text(method: str | None = None) -> str:
     blocks = [section_text(c, users.get(c.NAME, [])) for c in chosen]
     if method is not None and table[method].config is None:
         blocks.append([f"{method} has no keys of its own."])
+    if method is not None and table[method].recipe:
+        decl = table[method]
+        blocks.append([f"{method}'s recipe (common keys it sets under a preset and what you set):",
+                       *(f"  {k} = {toml_value(v)}  ({decl.recipe_sources[k]})" for k, v in decl.recipe.items())])
     lines = ["run-config keys: key = default [allowed] doc; override with -c \"key=value ...\" "
              "(noniid-fl run, flwr run)", ""]
     for block in blocks:

@@ -27,8 +27,9 @@ class CommonConfig(Section):
     preset: str = param("", "a paper's setting, '<paper>-<setting>' (`noniid-fl methods` lists them): sets "
                             "every value the paper states; the keys you set win (under `flwr run`: keys you set "
                             "to non-default values)")
-    preset_applied: bool = param(False, "set by the library once the preset's values are in the run config (a "
-                                        "client does not apply it again); not for users")
+    preset_applied: bool = param(False, "set by the library once the preset's values and the method's recipe "
+                                        "are in the run config (a client does not apply them again); not for "
+                                        "users")
     seed: int = param(0, "seed of data split, partitions, sampling and model init", ge=0)
     num_server_rounds: int = param(10, "federated rounds", ge=1)
     out_dir: str = param("", "where results.json, metrics.csv, models and checkpoints go; '' = "

@@ -5,7 +5,7 @@ declaration modules, so they import this module, not the registry: no import cyc
 from __future__ import annotations
 
 from dataclasses import dataclass, field
-from typing import Any, Callable
+from typing import Any, Callable, Mapping
 
 from flcore.schema import Section
 
@@ -42,6 +42,10 @@ class MethodDecl:
                 run with that many nodes (FedUFO: a discriminator output per client); called by the pre-flight
                 checks wherever the number of nodes is known (server_app/preflight.py), before any engine starts.
                 A plain function of the declaration module: it needs only the parsed config (no torch).
+    recipe:     common-key values the method's own recipe sets (a ``-code`` variant: its authors' optimizer,
+                epochs, batch): applied like a preset under it, by flcore/presets.py's rule (declared default <
+                recipe < preset < what the user sets), and recorded in the run config like any other value.
+                Each value's source goes in ``recipe_sources`` (key -> file and function, or paper section).
     """
 
     name: str
@@ -54,6 +58,14 @@ class MethodDecl:
     payload: Payload = field(default_factory=Payload)
     description: str = ""
     check_federation: Callable[[Any, int], None] | None = None  # (RunConfig, nodes): config imports this module
+    recipe: Mapping[str, Any] = field(default_factory=dict)
+    recipe_sources: Mapping[str, str] = field(default_factory=dict)
+
+    def __post_init__(self) -> None:
+        missing = [k for k in self.recipe if k not in self.recipe_sources]
+        if missing:
+            raise ValueError(f"method '{self.name}': recipe key(s) {', '.join(missing)} have no source in "
+                             "recipe_sources")
 
 
 BASE_TRAINER = "client_app.trainers.base:Trainer"

@@ -4,6 +4,9 @@ A :class:`Preset` is a named set of run-config values (common and sectioned keys
 and, for each value the paper does not state, what we chose and why (``choices``). The table and its record type
 live in ``flcore/paper_presets.py`` (which imports nothing of this module); this module applies it.
 
+A method's own recipe (``MethodDecl.recipe``: a ``-code`` variant's optimizer, epochs and batch) is applied by the
+same rule, under the preset: declared default < method recipe < preset < what the user sets.
+
 Precedence: declared default < preset < what the user sets. Where the explicit overrides are known (``noniid-fl
 run -c``, the experiments runner: :func:`flcore.config.resolve_run_config`) that rule is exact: the preset is
 written over the defaults and the overrides over both, so ``method='fedavg'`` with a FedUFO preset runs FedAvg in
@@ -57,24 +60,55 @@ APPLIED = "preset-applied"
 
 def apply_preset(values: Mapping[str, Any], specs: Mapping[str, KeySpec],
                  explicit: Mapping[str, Any] | None = None) -> dict[str, Any]:
-    """``values`` with the named preset applied (the module docstring's rule) and ``preset-applied`` set.
+    """``values`` with the named preset and the method's recipe applied (the module docstring's rule) and
+    ``preset-applied`` set.
 
     ``explicit``: the overrides the user gave, when known: they are written over the preset. Otherwise the
-    preset fills every key that is absent or at its declared default. Without a preset, or once applied,
-    ``values`` unchanged."""
+    preset fills every key that is absent or at its declared default. Without a preset or a recipe, or once
+    applied, ``values`` unchanged. The recipe is the one of the method the run ends with (a preset may set it)."""
     name = str(values.get("preset", "") or "")
     applied = values.get(APPLIED, False)
-    if not name or applied is True or str(applied).lower() == "true":
+    if applied is True or str(applied).lower() == "true":
         return dict(values)
-    preset = get_preset(name)
-    out = dict(values)
-    for key, value in preset.values.items():
+    preset_values = get_preset(name).values if name else {}
+    for key in preset_values:
         if key not in specs:
             raise ConfigError(f"preset '{name}' sets unknown run-config key '{key}' (a bug in flcore/paper_presets.py)")
+    method = _fill(values, preset_values, specs, explicit).get("method", _declared_method(specs))
+    recipe = method_recipe(str(method))
+    for key in recipe:
+        if key not in specs:
+            raise ConfigError(f"the recipe of method '{method}' sets unknown run-config key '{key}' (a bug in "
+                              "its declaration)")
+    if not preset_values and not recipe:
+        return dict(values)
+    out = _fill(values, {**recipe, **preset_values}, specs, explicit)
+    out[APPLIED] = True
+    return out
+
+
+def _declared_method(specs: Mapping[str, KeySpec]) -> Any:
+    spec = specs.get("method")
+    return spec.default if spec is not None else None
+
+
+def _fill(values: Mapping[str, Any], table: Mapping[str, Any], specs: Mapping[str, KeySpec],
+          explicit: Mapping[str, Any] | None) -> dict[str, Any]:
+    """``values`` with ``table`` written over every key the user did not set (the module docstring's rule)."""
+    out = dict(values)
+    for key, value in table.items():
         if explicit is not None:
             if key not in explicit:
                 out[key] = value
         elif key not in out or _at_default(key, out[key], specs[key]):
             out[key] = value
-    out[APPLIED] = True
     return out
+
+
+def method_recipe(method: str) -> Mapping[str, Any]:
+    """The common-key values ``method`` declares as its own recipe (``MethodDecl.recipe``), or {}.
+    An unknown method gives {}: RunConfig.from_dict refuses it by name afterwards."""
+    from flcore.registry import methods
+
+    decl = methods().get(method)
+    return decl.recipe if decl is not None else {}

@@ -58,3 +58,52 @@ def test_run_without_nodes_uses_the_presets_federation_size(capsys):
     assert ", 12 nodes" in capsys.readouterr().out
     assert main(["run", "--check"]) == 0
     assert "fedavg on mnist-5k, 10 nodes" in capsys.readouterr().out
+
+
+def test_a_methods_recipe_fills_common_defaults_under_the_preset_and_the_user():
+    """MethodDecl.recipe (a -code variant's optimizer, epochs, batch): declared default < recipe < preset < user,
+    recorded in the run config, applied once (a client re-parsing the server's config keeps it)."""
+    import flcore.paper_presets as table
+    from flcore.registry import FEDAVG_STRATEGY, BASE_TRAINER, MethodDecl, register, unregister
+
+    decl = MethodDecl("demo-recipe", "paper", FEDAVG_STRATEGY, BASE_TRAINER,
+                      recipe={"lr": 0.1, "local-epochs": 10, "batch-size": 128},
+                      recipe_sources={"lr": "a.py f", "local-epochs": "a.py f", "batch-size": "a.py g"})
+    register(decl)
+    try:
+        cfg = RunConfig.from_dict(resolve_run_config({"method": "demo-recipe"}))
+        assert (cfg.lr, cfg.local_epochs, cfg.batch_size) == (0.1, 10, 128)
+        assert cfg.to_dict()["preset-applied"] is True
+        assert RunConfig.from_dict(cfg.to_dict(), complete=True).to_dict() == cfg.to_dict()
+        user = RunConfig.from_dict(resolve_run_config({"method": "demo-recipe", "lr": 0.03}))
+        assert (user.lr, user.local_epochs) == (0.03, 10)  # an explicit value wins, even the library default
+        flat = RunConfig.from_dict({**defaults(), "method": "demo-recipe"})  # Flower's complete run config
+        assert (flat.lr, flat.batch_size) == (0.1, 128)
+        other = RunConfig.from_dict(resolve_run_config({"method": "fedavg"}))
+        assert (other.lr, other.local_epochs) == (0.03, 1) and other.to_dict()["preset-applied"] is False
+        p = Preset("demo-r", "paper", "setting", "Sec. 1", {"lr": 0.5, "method": "demo-recipe"})
+        import pytest as _pytest
+        mp = _pytest.MonkeyPatch()
+        mp.setattr(table, "PRESETS", [*table.PRESETS, p])
+        try:  # the preset's method brings its recipe; the preset's own lr wins over the recipe's
+            pre = RunConfig.from_dict(resolve_run_config({"preset": "demo-r"}))
+            assert (pre.method, pre.lr, pre.local_epochs) == ("demo-recipe", 0.5, 10)
+        finally:
+            mp.undo()
+        with pytest.raises(ValueError, match="recipe key.*batch-size.*no source"):
+            MethodDecl("x", "p", FEDAVG_STRATEGY, BASE_TRAINER, recipe={"batch-size": 8})
+    finally:
+        unregister("demo-recipe")
+
+
+def test_config_listing_shows_a_methods_recipe_with_its_sources():
+    from cli.listing import config_text
+    from flcore.registry import FEDAVG_STRATEGY, BASE_TRAINER, MethodDecl, register, unregister
+
+    register(MethodDecl("demo-recipe2", "paper", FEDAVG_STRATEGY, BASE_TRAINER, recipe={"lr": 0.1},
+                        recipe_sources={"lr": "main.py --lr"}))
+    try:
+        text = config_text("demo-recipe2")
+        assert "demo-recipe2's recipe" in text and "  lr = 0.1  (main.py --lr)" in text
+    finally:
+        unregister("demo-recipe2")
