@@ -75,7 +75,7 @@ class RunConfig(CommonConfig):
         for key in values:
             if key not in known:
                 raise _unknown_key_error(key, known)
-        values = apply_preset(values, known)
+        values = apply_preset(values, known, recipe_of=method_recipe)
         if complete:
             missing = [k for k in known if k not in values]
             if missing:
@@ -188,6 +188,15 @@ class RunConfig(CommonConfig):
         return {k: v for k, v in self.__dict__.items() if k not in ("_values", "_hash")}
 
 
+def method_recipe(name: str) -> Mapping[str, Any]:
+    """The common-key values method ``name`` declares as its own recipe (``MethodDecl.recipe``), or {}; an unknown
+    method gives {} (RunConfig.from_dict refuses it by name afterwards)."""
+    from flcore.registry import methods
+
+    decl = methods().get(name)
+    return decl.recipe if decl is not None else {}
+
+
 def _check_method(name: str) -> None:
     from flcore.registry import methods
 
@@ -209,7 +218,7 @@ def resolve_run_config(overrides: Mapping[str, Any] | None = None) -> dict[str, 
         if key not in known:
             raise _unknown_key_error(key, known)
         values[key] = value
-    return apply_preset(values, known, explicit=overrides or {})
+    return apply_preset(values, known, explicit=overrides or {}, recipe_of=method_recipe)
 
 
 PROJECT_ROOT = Path(__file__).resolve().parent.parent

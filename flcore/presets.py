@@ -19,7 +19,7 @@ apply it again.
 
 from __future__ import annotations
 
-from typing import Any, Mapping
+from typing import Any, Callable, Mapping
 
 import flcore.paper_presets as paper_table
 from flcore.paper_presets import Preset
@@ -58,14 +58,21 @@ def _at_default(key: str, value: Any, spec: KeySpec) -> bool:
 APPLIED = "preset-applied"
 
 
+def _no_recipe(method: str) -> Mapping[str, Any]:
+    return {}
+
+
 def apply_preset(values: Mapping[str, Any], specs: Mapping[str, KeySpec],
-                 explicit: Mapping[str, Any] | None = None) -> dict[str, Any]:
+                 explicit: Mapping[str, Any] | None = None,
+                 recipe_of: Callable[[str], Mapping[str, Any]] = _no_recipe) -> dict[str, Any]:
     """``values`` with the named preset and the method's recipe applied (the module docstring's rule) and
     ``preset-applied`` set.
 
     ``explicit``: the overrides the user gave, when known: they are written over the preset. Otherwise the
     preset fills every key that is absent or at its declared default. Without a preset or a recipe, or once
-    applied, ``values`` unchanged. The recipe is the one of the method the run ends with (a preset may set it)."""
+    applied, ``values`` unchanged. ``recipe_of(method)``: the method's recipe (flcore/config.py passes the
+    registry's; this module imports no declaration); the recipe is the one of the method the run ends with (a
+    preset may set it)."""
     name = str(values.get("preset", "") or "")
     applied = values.get(APPLIED, False)
     if applied is True or str(applied).lower() == "true":
@@ -75,7 +82,7 @@ def apply_preset(values: Mapping[str, Any], specs: Mapping[str, KeySpec],
         if key not in specs:
             raise ConfigError(f"preset '{name}' sets unknown run-config key '{key}' (a bug in flcore/paper_presets.py)")
     method = _fill(values, preset_values, specs, explicit).get("method", _declared_method(specs))
-    recipe = method_recipe(str(method))
+    recipe = recipe_of(str(method))
     for key in recipe:
         if key not in specs:
             raise ConfigError(f"the recipe of method '{method}' sets unknown run-config key '{key}' (a bug in "
@@ -104,11 +111,3 @@ def _fill(values: Mapping[str, Any], table: Mapping[str, Any], specs: Mapping[st
             out[key] = value
     return out
 
-
-def method_recipe(method: str) -> Mapping[str, Any]:
-    """The common-key values ``method`` declares as its own recipe (``MethodDecl.recipe``), or {}.
-    An unknown method gives {}: RunConfig.from_dict refuses it by name afterwards."""
-    from flcore.registry import methods
-
-    decl = methods().get(method)
-    return decl.recipe if decl is not None else {}

@@ -203,6 +203,20 @@ def exact_mode(recorded: dict[str, Any]) -> tuple[bool, str]:
     return (not diffs), ("; ".join(diffs) or "the recorded stack")
 
 
+KERNEL_ENV = {"AVX2": "ATEN_CPU_CAPABILITY=avx2 ONEDNN_MAX_CPU_ISA=AVX2 MKL_ENABLE_INSTRUCTIONS=AVX2"}
+
+
+def kernel_hint(recorded: dict[str, Any], here: dict[str, Any]) -> str:
+    """Where only the CPU kernel level differs and this CPU can take the recorded level's code paths: the
+    environment that makes it do so (docs/ADDING_A_METHOD.md, step 4), so one job can be recorded alone."""
+    rest = {k for k in here if here[k] != recorded.get(k)} - {"cpu_capability"}
+    env = KERNEL_ENV.get(str(recorded.get("cpu_capability")))
+    if rest or env is None:
+        return ""
+    return (f"; or, since only the CPU kernel level differs, run with `{env}` set: this CPU then takes the "
+            f"recorded {recorded.get('cpu_capability')} code paths and the recorded jobs stay bit-exact")
+
+
 def load() -> dict[str, Any]:
     return json.loads(KNOWN.read_text()) if KNOWN.exists() else {"stack": {}, "jobs": {}}
 
@@ -221,7 +235,7 @@ def record(methods: list[str] | None = None) -> None:
     names = methods or sorted(set(registered()) | set(PER_JOB))
     if data["jobs"] and data["stack"] != here and set(names) != set(data["jobs"]) | set(names):
         raise SystemExit(f"the recorded jobs belong to another stack ({data['stack']}); re-record all of them "
-                         "(`python -m tests.known_outputs` with no job names)")
+                         "(`python -m tests.known_outputs` with no job names)" + kernel_hint(data["stack"], here))
     for name in names:
         values = resolve_run_config({**COMMON, "method": name, **PER_JOB.get(name, {})})
         values.pop("out-dir")

@@ -74,3 +74,13 @@ def test_every_declared_method_has_a_job_that_is_not_fedavgs():
         assert JOBS[decl.name]["run_config"]["method"] == decl.name
         if decl.name != "fedavg":
             assert JOBS[decl.name]["sha256"].split(":")[0] != fedavg, f"'{decl.name}' job ends at FedAvg's parameters"
+
+
+def test_a_cpu_with_a_higher_kernel_level_is_told_how_to_take_the_recorded_one():
+    from tests.known_outputs import kernel_hint
+
+    recorded = {"cpu_capability": "AVX2", "lock": "x", "machine": "x86_64", "python": "3.11.7"}
+    hint = kernel_hint(recorded, {**recorded, "cpu_capability": "AVX512"})
+    assert "ATEN_CPU_CAPABILITY=avx2 ONEDNN_MAX_CPU_ISA=AVX2 MKL_ENABLE_INSTRUCTIONS=AVX2" in hint
+    assert kernel_hint(recorded, {**recorded, "cpu_capability": "AVX512", "lock": None}) == ""  # another stack
+    assert kernel_hint({**recorded, "cpu_capability": "DEFAULT"}, recorded) == ""  # no known environment
