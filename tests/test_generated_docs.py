@@ -1,5 +1,5 @@
-"""The README's method table is generated from the declarations (flcore/readme_table.py): every declared method
-has its row, and the check names a missing one."""
+"""Generated docs: the README's method table (flcore/readme_table.py) and docs/METHODS.md (flcore/methods_doc.py) follow
+the declarations: every declared method has its row and its entry, and the checks name what is missing."""
 
 from __future__ import annotations
 
@@ -34,3 +34,16 @@ def test_declaration_modules_are_discovered_by_name():
 
     files = {m.name for m in pkgutil.iter_modules([str(Path(pkg.__file__).parent)]) if not m.name.startswith("_")}
     assert list(MODULES) == sorted(files)
+
+
+def test_methods_md_is_generated_from_the_declarations_and_lists_every_page():
+    from flcore import methods_doc
+
+    text = (methods_doc.ROOT / "docs" / "METHODS.md").read_text()
+    assert text == methods_doc.render(), "run `python -m flcore.methods_doc > docs/METHODS.md`"
+    for page in sorted(methods_doc.PAGES.glob("*.md")):
+        assert f"(methods/{page.name})" in text
+    for name, decl in methods().items():  # every method, each recipe value with its source
+        assert f"- `{name}`:" in text
+        for key in decl.recipe:
+            assert f"recipe `{key} = " in text
