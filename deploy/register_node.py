@@ -7,7 +7,9 @@ runs ``flwr supernode register KEY CONNECTION`` (FLWR_HOME as for the flwr CLI),
 assigned to the key and adds ``node id -> client id`` to the bindings table (flcore/node_bindings.py),
 which the ServerApp reads from ``NODE_BINDINGS`` on the SuperLink host: run this there (connection to the
 SuperLink's loopback port) or copy the table there. A client id or key that is already bound is refused
-(unbind it first with ``--unbind CLIENT_ID`` after ``flwr supernode unregister``).
+(unbind it first with ``--unbind CLIENT_ID`` after ``flwr supernode unregister``). ``--examples N`` declares the
+client's training-set size: the ServerApp then weights it by at most N and refuses a larger claim; without it the
+client's claim is capped at ``examples-cap-ratio`` x the median claim (strategies/client_registry.py).
 """
 
 from __future__ import annotations
@@ -26,7 +28,7 @@ from flcore.node_bindings import Binding, load, write  # noqa: E402
 REGISTERED = re.compile(r"SuperNode (\d+) registered successfully")
 
 
-def bind(table: Path, node_id: int, client_id: int, public_key: str) -> list[Binding]:
+def bind(table: Path, node_id: int, client_id: int, public_key: str, examples: int | None = None) -> list[Binding]:
     """Add one binding to ``table`` (created if missing); ValueError when the id, node or key is bound already."""
     current = load(table) if table.exists() else []
     for b in current:
@@ -34,7 +36,7 @@ def bind(table: Path, node_id: int, client_id: int, public_key: str) -> list[Bin
             raise ValueError(f"client id {client_id} is already bound to node {b.node_id} in {table}")
         if b.node_id == node_id or b.public_key == public_key:
             raise ValueError(f"this key (node {b.node_id}) is already bound to client id {b.client_id} in {table}")
-    updated = [*current, Binding(node_id, client_id, public_key)]
+    updated = [*current, Binding(node_id, client_id, public_key, examples)]
     write(table, updated)
     return updated
 
@@ -66,6 +68,8 @@ def main(argv: list[str] | None = None) -> None:
     parser.add_argument("connection", nargs="?", help="flwr connection name (deploy/connection.py)")
     parser.add_argument("--bindings", required=True, type=Path, help="the bindings table (NODE_BINDINGS)")
     parser.add_argument("--unbind", type=int, metavar="CLIENT_ID", help="remove the binding of this client id")
+    parser.add_argument("--examples", type=int, metavar="N", help="the client's training-set size, declared by the "
+                        "operator (aggregation weight at most N; a larger claim is refused)")
     parser.add_argument("--flwr", default=shutil.which("flwr") or "flwr")
     ns = parser.parse_args(argv)
     try:
@@ -77,6 +81,8 @@ def main(argv: list[str] | None = None) -> None:
             parser.error("KEY CLIENT_ID CONNECTION are required (or --unbind)")
         if ns.client_id < 0:
             parser.error(f"client id must be >= 0, got {ns.client_id}")
+        if ns.examples is not None and ns.examples < 1:
+            parser.error(f"--examples must be >= 1, got {ns.examples}")
         public_key = ns.key.read_text().strip()
         current = load(ns.bindings) if ns.bindings.exists() else []
         taken = [b for b in current if b.client_id == ns.client_id or b.public_key == public_key]
@@ -84,7 +90,7 @@ def main(argv: list[str] | None = None) -> None:
             raise ValueError(f"client id {ns.client_id} or this key is already bound (node {taken[0].node_id} -> "
                              f"client id {taken[0].client_id}) in {ns.bindings}")
         node_id = register(ns.key, ns.connection, ns.flwr)
-        bind(ns.bindings, node_id, ns.client_id, public_key)
+        bind(ns.bindings, node_id, ns.client_id, public_key, ns.examples)
     except (ValueError, RuntimeError, OSError) as exc:
         parser.exit(2, f"register_node: {exc}\n")
     print(f"registered {ns.key} as node {node_id}, bound to client id {ns.client_id} in {ns.bindings}")

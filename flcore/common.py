@@ -105,6 +105,12 @@ class CommonConfig(Section):
                                                   "client grows with ||a||_1 of those steps (FedNova's, with "
                                                   "momentum): honest heavy clients pass; 'none': one limit for "
                                                   "all (before issue 31)", choices=("local-steps", "none"))
+    examples_cap_ratio: float = param(10.0, "with node bindings (NODE_BINDINGS, a deployment), a bound client whose "
+                                            "training-set size the operator did not declare is weighted by its "
+                                            "claimed size capped at this multiple of the median claim of the "
+                                            "registered clients (and screened as the median client at most): "
+                                            "one node cannot take over the global model by claiming 10^9 "
+                                            "samples. Without bindings (simulation) claims are used as they are", ge=1)
     federated_eval_every: int = param(0, "evaluate the global model on the clients' local test splits every N "
                                          "rounds and after the last one (0 = never; needs local-test-fraction "
                                          "> 0)", ge=0)

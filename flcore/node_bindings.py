@@ -8,8 +8,11 @@ the environment variable ``NODE_BINDINGS`` on the SuperLink host, and then accep
 (strategies/client_registry.py). Without ``NODE_BINDINGS`` nothing is bound (simulation; deployments without
 node authentication): the first live claim of an id wins, as before.
 
-Format: ``{"version": 1, "nodes": [{"node_id": 123, "client_id": 0, "public_key": "ecdsa-sha2-nistp384 ..."}]}``;
-node ids and client ids are unique (one key per client id, one client id per key).
+Format: ``{"version": 1, "nodes": [{"node_id": 123, "client_id": 0, "public_key": "ecdsa-sha2-nistp384 ...",
+"examples": 600}]}``; node ids and client ids are unique (one key per client id, one client id per key).
+``examples`` (optional) is the training-set size the operator declares for that client: aggregation weights and
+the update screen then use it, and a registration claiming more is refused (strategies/client_registry.py); a
+bound client without it is weighted by its claim capped at ``examples-cap-ratio`` x the median claim.
 """
 
 from __future__ import annotations
@@ -29,6 +32,7 @@ class Binding:
     node_id: int
     client_id: int
     public_key: str
+    examples: int | None = None  # the training-set size the operator declares, or None
 
 
 def parse(doc: Any, where: str = "node bindings") -> list[Binding]:
@@ -37,14 +41,18 @@ def parse(doc: Any, where: str = "node bindings") -> list[Binding]:
         raise ValueError(f"{where}: expected {{'version': {VERSION}, 'nodes': [...]}}")
     out: list[Binding] = []
     for i, entry in enumerate(doc["nodes"]):
-        if not isinstance(entry, dict) or set(entry) != {"node_id", "client_id", "public_key"}:
-            raise ValueError(f"{where}: entry {i} must have exactly node_id, client_id, public_key")
+        if not isinstance(entry, dict) or not {"node_id", "client_id", "public_key"} <= set(entry) <= {
+                "node_id", "client_id", "public_key", "examples"}:
+            raise ValueError(f"{where}: entry {i} must have node_id, client_id, public_key (and optionally examples)")
         node, cid, key = entry["node_id"], entry["client_id"], entry["public_key"]
         if type(node) is not int or not 0 < node < 2**64 or type(cid) is not int or cid < 0:
             raise ValueError(f"{where}: entry {i}: node_id must be an integer in [1, 2^64), client_id >= 0")
         if not isinstance(key, str) or not key.startswith("ecdsa-sha2-"):
             raise ValueError(f"{where}: entry {i}: public_key must be an OpenSSH ECDSA public key")
-        out.append(Binding(node, cid, key.strip()))
+        examples = entry.get("examples")
+        if examples is not None and (type(examples) is not int or not 0 < examples < 2**53):
+            raise ValueError(f"{where}: entry {i}: examples must be an integer in [1, 2^53)")
+        out.append(Binding(node, cid, key.strip(), examples))
     for attr in ("node_id", "client_id", "public_key"):
         values = [getattr(b, attr) for b in out]
         dup = sorted({v for v in values if values.count(v) > 1}, key=str)
@@ -72,11 +80,17 @@ def owners(bindings: list[Binding]) -> dict[int, int]:
     return {b.node_id: b.client_id for b in bindings}
 
 
+def declared_examples(bindings: list[Binding]) -> dict[int, int]:
+    """client id -> the training-set size the operator declared for it (clients declared without one absent)."""
+    return {b.client_id: b.examples for b in bindings if b.examples is not None}
+
+
 def write(path: str | Path, bindings: list[Binding]) -> None:
     """Write the table atomically, after validating it. Mode 0644: it holds public keys and ids only (what matters
     is who may write it), and the SuperLink's container user must read it."""
     path = Path(path)
-    doc = {"version": VERSION, "nodes": [{"node_id": b.node_id, "client_id": b.client_id, "public_key": b.public_key}
+    doc = {"version": VERSION, "nodes": [{"node_id": b.node_id, "client_id": b.client_id, "public_key": b.public_key,
+                                          **({"examples": b.examples} if b.examples is not None else {})}
                                          for b in sorted(bindings, key=lambda b: b.client_id)]}
     parse(doc, str(path))
     tmp = path.with_name(path.name + ".tmp")

@@ -36,6 +36,7 @@ from flwr.serverapp import Grid
 
 from flcore.config import RunConfig
 from flcore.protocol import CLIENT_STATE
+from flcore.registry import get_method
 from strategies.aggregation import weighted_average
 from strategies.client_registry import ClientInfo, ClientRegistry, RoundFailed
 from strategies.exchange import Failure
@@ -56,7 +57,10 @@ class FLStrategy(FlowerStrategyAPI):
         self.cfg = cfg
         self.messages = MessageBuilder(cfg)
         self.registry = ClientRegistry(cfg, query=self.messages.query)
-        self.checks = UpdateChecks(cfg, registered_samples=self.registry.registered_samples)
+        self.checks = UpdateChecks(cfg, registered_samples=self.registry.registered_samples,
+                                   payload=get_method(cfg.method).payload,
+                                   weight_samples=self.registry.weight_samples,
+                                   screen_samples=self.registry.screen_samples)
         self.driver = RoundDriver(cfg, self.registry, steps=self)
         self.ledger: StateLedger | None = None  # run-bound client state, from begin_run (None: not bound)
 

@@ -33,6 +33,7 @@ from flwr.serverapp import Grid
 from flcore import node_bindings
 from flcore.config import RunConfig
 from strategies.exchange import ExchangeResult, Failure, exchange
+from strategies.reply_schema import info_problem
 
 log = logging.getLogger("noniid_fl")
 
@@ -61,7 +62,8 @@ class ClientRegistry:
         self.accuracy: dict[int, float] = {}  # last local accuracy each client reported
         self.backoff: dict[int, tuple[int, int]] = {}  # failed node id -> (failed attempts, first round to ask again)
         self.failures: list[Failure] = []  # registration failures not yet reported in a round's results
-        self._bindings: tuple[tuple[str, int, int], dict[int, int]] | None = None  # (file stamp, node -> owned id)
+        # (file stamp, node -> owned id, client id -> declared training-set size)
+        self._bindings: tuple[tuple[str, int, int], dict[int, int], dict[int, int]] | None = None
 
     # ------------------------------------------------------------------------------ sampling
     def sample(self) -> list[int]:
@@ -86,9 +88,32 @@ class ClientRegistry:
         return sorted(sorted(ids, key=lambda c: (rank[c], c))[:m])
 
     def registered_samples(self, cid: int) -> int | None:
-        """The training samples ``cid`` registered with (aggregation weights come from them), or None."""
+        """The training samples ``cid`` registered with (its replies must report the same), or None."""
         info = self.clients.get(cid)
         return info.num_examples if info is not None else None
+
+    def weight_samples(self, cid: int) -> int | None:
+        """The training samples aggregation weights and the update screen use for ``cid``, or None.
+
+        Without node bindings (simulation: the server's own partition) the registered claim. With bindings (a
+        deployment, where a claim is unverified): the claim, which may not exceed the size the operator declared
+        in the bindings table (a larger claim is refused at registration); for a client declared without a size,
+        the claim capped at ``examples-cap-ratio`` x the median claim of the registered clients, so that no
+        single node outweighs the others by what it says about itself."""
+        return self._capped(cid, self.cfg.examples_cap_ratio)
+
+    def screen_samples(self, cid: int) -> int | None:
+        """The training samples the update screen scales ``cid``'s limit by (update-norm-scale='local-steps'), or
+        None: as :meth:`weight_samples`, except that under node bindings an undeclared claim is capped at the
+        median claim: an unverified count never widens the screen beyond the median client's."""
+        return self._capped(cid, 1.0)
+
+    def _capped(self, cid: int, ratio: float) -> int | None:
+        info = self.clients.get(cid)
+        if info is None or self._bindings is None or cid in self._bindings[2]:
+            return info.num_examples if info is not None else None
+        median = float(np.median([c.num_examples for c in self.clients.values()]))
+        return min(info.num_examples, max(1, int(ratio * median)))
 
     def note_accuracy(self, updates: list[Any]) -> None:
         """Remember the ``local-accuracy`` metric of each update that reports one (FedUFO ranks by it)."""
@@ -120,14 +145,23 @@ class ClientRegistry:
                     raise RoundFailed("client registration failed on %d node(s): %s" % (
                         len(errors), "; ".join(f.reason for f in errors[:3])))
                 for reply in res.replies.values():
-                    info = reply.content["info"]
-                    cid, node = int(info["cid"]), int(reply.metadata.src_node_id)
+                    node = int(reply.metadata.src_node_id)
+                    info = reply.content.get("info")
+                    problem = info_problem(info)
+                    if problem is not None:
+                        self._refuse_malformed(node, problem, server_round)
+                        continue
+                    cid = int(info["cid"])
                     if bound is not None and bound.get(node) != cid:
                         self._refuse_identity(cid, node, bound.get(node), server_round)
                         continue
                     holder = self.clients.get(cid)
                     if holder is not None and holder.node_id != node and holder.node_id in node_ids:
                         self._refuse_duplicate(cid, node, holder.node_id, server_round)
+                        continue
+                    declared = self._bindings[2].get(cid) if bound is not None and self._bindings else None
+                    if declared is not None and int(info["num-examples"]) > declared:
+                        self._refuse_size(cid, node, int(info["num-examples"]), declared, server_round)
                         continue
                     self.clients[cid] = ClientInfo(cid, node, int(info["num-examples"]), list(info["class-counts"]))
                     self.backoff.pop(node, None)
@@ -177,6 +211,23 @@ class ClientRegistry:
         self.failures.append(Failure(cid, "register", "duplicate-id", reason))
         log.warning("registration: %s", reason)
 
+    def _refuse_size(self, cid: int, node: int, claimed: int, declared: int, server_round: int) -> None:
+        """A bound client claims more training samples than the operator declared for it: refused (its weight
+        would be inflated), recorded naming both sizes, and asked again with back-off."""
+        tries, retry = self._back_off(node, server_round)
+        reason = (f"node {node} (client id {cid}) claims {claimed} training samples, but the operator declared "
+                  f"{declared} ({node_bindings.ENV}): refused (attempt {tries}; asked again in round {retry})")
+        self.failures.append(Failure(cid, "register", "examples-mismatch", reason))
+        log.warning("registration: %s", reason)
+
+    def _refuse_malformed(self, node: int, problem: str, server_round: int) -> None:
+        """A registration reply that does not conform (strategies/reply_schema.py): refused, recorded naming the
+        node and the key, and asked again with back-off; the federation goes on with the others."""
+        tries, retry = self._back_off(node, server_round)
+        reason = f"node {node}: malformed registration: {problem} (attempt {tries}; asked again in round {retry})"
+        self.failures.append(Failure(-1, "register", "rejected", reason))
+        log.warning("registration: %s", reason)
+
     def _refuse_identity(self, cid: int, node: int, owned: int | None, server_round: int) -> None:
         """A node claims a client id its key does not own: refused (whoever came first), recorded as a
         registration failure naming the node, the claim and what its key owns, and asked again with back-off."""
@@ -200,8 +251,9 @@ class ClientRegistry:
             stamp = (str(path), -1, -1)
         if self._bindings is not None and self._bindings[0] == stamp:
             return self._bindings[1]
-        owners = node_bindings.owners(node_bindings.load(path))
-        self._bindings = (stamp, owners)
+        table = node_bindings.load(path)
+        owners = node_bindings.owners(table)
+        self._bindings = (stamp, owners, node_bindings.declared_examples(table))
         for cid, info in list(self.clients.items()):
             if owners.get(info.node_id) != cid:
                 log.warning("registration: node %d no longer owns client id %d (%s): dropped", info.node_id, cid,

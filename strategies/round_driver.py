@@ -21,6 +21,7 @@ from flwr.serverapp import Grid
 from flcore.config import RunConfig
 from strategies.client_registry import ClientRegistry, RoundFailed
 from strategies.exchange import Failure, exchange
+from strategies.reply_schema import EVAL_METRICS, REQUIRED_EVAL, metrics_problem
 from strategies.update_checks import ClientUpdate
 
 log = logging.getLogger("noniid_fl")
@@ -103,4 +104,15 @@ class RoundDriver:
         res = exchange(grid, sends, "evaluate", self.cfg.round_timeout, server_round, phase="evaluate",
                        poll=self.cfg.reply_poll_interval)
         registry.forget_lost(res)
-        return {cid: dict(r.content["metrics"]) for cid, r in res.replies.items()}, res.failures
+        out, failures = {}, list(res.failures)
+        for cid, reply in sorted(res.replies.items()):
+            metrics = reply.content.get("metrics") if set(reply.content.keys()) == {"metrics"} else None
+            problem = ("an evaluation reply holds exactly one record, 'metrics'; got "
+                       + ", ".join(map(repr, reply.content.keys())) if metrics is None
+                       else metrics_problem(metrics, EVAL_METRICS, REQUIRED_EVAL, (), cid))
+            if problem is not None:
+                failures.append(Failure(cid, "evaluate", "rejected", f"malformed reply: {problem}"))
+                log.warning("round %s: evaluation reply of client %s rejected: %s", server_round, cid, problem)
+                continue
+            out[cid] = dict(metrics)
+        return out, failures

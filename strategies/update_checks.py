@@ -24,10 +24,14 @@ from typing import Any, Callable, Mapping
 import numpy as np
 from flwr.app import Message
 
+from flwr.app import ArrayRecord, MetricRecord
+
 from flcore.config import RunConfig
+from flcore.declaration import Payload
 from flcore.records import record_views
 from strategies.aggregation import deltas, flat_norm, is_float
 from strategies.exchange import Failure
+from strategies.reply_schema import REQUIRED_TRAIN, TRAIN_METRICS, metrics_problem, records_problem
 from strategies.update_screen import UpdateNorm, as_float64, check_update, relative_limits, relative_screen, step_scale
 
 log = logging.getLogger("noniid_fl")
@@ -37,7 +41,7 @@ log = logging.getLogger("noniid_fl")
 class ClientUpdate:
     cid: int
     params: "OrderedDict[str, np.ndarray]"
-    num_examples: int
+    num_examples: int  # its weight: the registered samples (ClientRegistry.weight_samples: capped under node bindings)
     metrics: dict[str, Any]
     records: dict[str, Any]
 
@@ -54,9 +58,17 @@ class CheckedReplies:
 class UpdateChecks:
     """The base's checks of client updates: per update (:meth:`check`), then across the round (:meth:`screen`)."""
 
-    def __init__(self, cfg: RunConfig, registered_samples: Callable[[int], int | None]) -> None:
+    def __init__(self, cfg: RunConfig, registered_samples: Callable[[int], int | None],
+                 payload: Payload | None = None, weight_samples: Callable[[int], int | None] | None = None,
+                 screen_samples: Callable[[int], int | None] | None = None) -> None:
         self.cfg = cfg
         self.registered_samples = registered_samples  # cid -> the training samples it registered, or None
+        # cid -> the samples its weight and screen use (ClientRegistry.weight_samples: capped under node bindings)
+        self.weight_samples = weight_samples or registered_samples
+        # cid -> the samples that scale its screen limit (ClientRegistry.screen_samples: never above the median
+        # claim for an unverified count)
+        self.screen_samples = screen_samples or self.weight_samples
+        self.payload = payload if payload is not None else Payload()  # what the method's replies may add
 
     def check(self, server_round: int, replies: Mapping[int, Message], reference: Mapping[str, np.ndarray],
               phase: str = "train") -> CheckedReplies:
@@ -65,6 +77,11 @@ class UpdateChecks:
         reference64 = as_float64(reference) if replies else None
         for cid in sorted(replies):
             content = replies[cid].content
+            malformed = self.schema_problem(content, cid)
+            if malformed is not None:
+                out.rejected.append(Failure(cid, phase, "rejected", f"malformed reply: {malformed}"))
+                log.warning("round %s: reply of client %s rejected: %s", server_round, cid, malformed)
+                continue
             try:
                 params = record_views(content["arrays"])  # read-only views of the reply's bytes: aggregation reads them
                 metrics = dict(content["metrics"])
@@ -83,9 +100,21 @@ class UpdateChecks:
                 log.warning("round %s: update of client %s rejected: %s", server_round, cid, problem)
                 continue
             records = {k: v for k, v in content.items() if k not in ("arrays", "metrics")}
-            out.updates.append(ClientUpdate(cid, params, num, metrics, records))
+            weight = self.weight_samples(cid)
+            out.updates.append(ClientUpdate(cid, params, num if weight is None else weight, metrics, records))
             out.norms[cid] = norm
         return out
+
+    def schema_problem(self, content: Mapping[str, Any], cid: int) -> str | None:
+        """Why a training reply's records do not conform to the protocol and the method's declared payload
+        (strategies/reply_schema.py), naming the key; or None."""
+        problem = records_problem(content, self.payload.reply_records,
+                                  {"arrays": ArrayRecord, "metrics": MetricRecord})
+        if problem is None and ("arrays" not in content or "metrics" not in content):
+            problem = f"record '{'arrays' if 'arrays' not in content else 'metrics'}' missing"
+        if problem is None:
+            problem = metrics_problem(content["metrics"], TRAIN_METRICS, REQUIRED_TRAIN, self.payload.metrics, cid)
+        return problem
 
     def screen(self, server_round: int, updates: list[ClientUpdate], reference: Mapping[str, np.ndarray],
                rejected: list[Failure], phase: str, norms: Mapping[int, UpdateNorm] | None = None
@@ -127,8 +156,9 @@ class UpdateChecks:
         c = self.cfg
         if c.update_norm_scale == "none":
             return [1.0] * len(updates)
-        return [step_scale(u.num_examples, c.local_epochs, c.batch_size, c.max_local_steps, c.momentum)
-                for u in updates]
+        samples = [self.screen_samples(u.cid) for u in updates]
+        return [step_scale(u.num_examples if n is None else n, c.local_epochs, c.batch_size, c.max_local_steps,
+                           c.momentum) for u, n in zip(updates, samples)]
 
 
 # ------------------------------------------------------------------------------ checks methods add

@@ -190,8 +190,10 @@ def step_scale(samples: int, epochs: int, batch_size: int, max_steps: int, momen
     one plain SGD step: ||a||_1 of the local steps they allow (``epochs`` x ceil(samples / batch_size), capped
     at ``max_steps`` when > 0) under heavy-ball ``momentum`` (FedNova's ||a_k||_1, strategies/methods/fednova.py).
     An update of s steps with gradients of norm at most G has norm at most lr G ||a||_1, so this is the
-    largest factor by which honest updates grow with a client's data; computed from the registration the
-    server holds, never from a count the client reports."""
+    largest factor by which honest updates grow with a client's data. ``samples`` is
+    ``ClientRegistry.screen_samples``: the client's own claim in simulation (the server's own partition); under
+    node bindings the size the operator declared, or for an undeclared client at most the median claim, so an
+    unverified count never widens the screen beyond the median client's."""
     steps = int(epochs) * math.ceil(max(int(samples), 0) / int(batch_size))
     if max_steps > 0:
         steps = min(steps, int(max_steps))

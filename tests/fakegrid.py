@@ -4,12 +4,14 @@ Flower's engine) with optional misbehaviour per client, and every pushed message
 
 Behaviours: "raise" (the ClientApp raises -> error reply, code 2), "nan" (returns NaN parameters),
 "shape" (returns a wrongly shaped tensor), "silent" (never answers -> timeout), "dead" (the SuperLink
-answers for a lost node: error code 5 from node 1).
+answers for a lost node: error code 5 from node 1), or a callable ``fn(msg, reply) -> reply`` that rewrites the
+real ClientApp's reply (a hostile participant: tests/test_reply_fuzz.py).
 """
 
 from __future__ import annotations
 
 from collections import OrderedDict
+from typing import Any
 
 import numpy as np
 from flwr.app import Context, Error, Message
@@ -20,7 +22,7 @@ from flcore.records import params_to_record, record_to_params
 
 
 class FakeGrid(InProcessGrid):
-    def __init__(self, num_nodes: int, behaviours: dict[int, str] | None = None,
+    def __init__(self, num_nodes: int, behaviours: dict[int, Any] | None = None,
                  behaviour_phases: tuple[str, ...] = ("train",)) -> None:
         super().__init__(num_nodes, record_sent=True)
         self.behaviours = behaviours or {}
@@ -48,6 +50,8 @@ class FakeGrid(InProcessGrid):
 
             return handle(crash, msg, self.contexts[nid])[0]
         reply = super()._deliver(msg)
+        if callable(behaviour) and reply is not None and not reply.has_error():
+            return behaviour(msg, reply)
         if behaviour in ("nan", "shape") and not reply.has_error():
             params = record_to_params(reply.content["arrays"])
             bad = OrderedDict(params)

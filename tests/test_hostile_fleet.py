@@ -212,7 +212,7 @@ def test_node_bindings_are_validated_and_written_atomically(tmp_path: Path) -> N
         doc = {"version": 1, "nodes": [{"node_id": n, "client_id": c, "public_key": KEY + k} for n, c, k in rows]}
         with pytest.raises(ValueError, match="bound more than once"):
             nb.parse(doc)
-    for doc, msg in (({"version": 2, "nodes": []}, "expected"), ({"version": 1, "nodes": [{"node_id": 1}]}, "exactly"),
+    for doc, msg in (({"version": 2, "nodes": []}, "expected"), ({"version": 1, "nodes": [{"node_id": 1}]}, "must have node_id, client_id, public_key"),
                      ({"version": 1, "nodes": [{"node_id": 0, "client_id": 0, "public_key": KEY}]}, "node_id must"),
                      ({"version": 1, "nodes": [{"node_id": 1, "client_id": -1, "public_key": KEY}]}, "client_id >= 0"),
                      ({"version": 1, "nodes": [{"node_id": 1, "client_id": 0, "public_key": "ssh-rsa x"}]}, "ECDSA")):
@@ -227,6 +227,8 @@ def test_node_bindings_are_validated_and_written_atomically(tmp_path: Path) -> N
         bind(table, 33, 2, KEY + "A")
     assert [b.client_id for b in bind(table, 33, 2, KEY + "C")] == [0, 1, 2]
     assert [b.client_id for b in unbind(table, 1)] == [0, 2]
+    assert [(b.client_id, b.examples) for b in bind(table, 44, 5, KEY + "E", 600)][-1] == (5, 600)
+    assert nb.declared_examples(nb.load(table)) == {5: 600}  # the declared size survives the atomic write
 
 
 def _registry() -> Any:
