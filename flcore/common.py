@@ -78,7 +78,8 @@ class CommonConfig(Section):
     model: str = param("auto", "backbone; auto picks per dataset", choices=MODELS)
     head: str = param("linear", "classifier head: linear or a fixed simplex ETF (composes with any method)",
                       choices=HEADS)
-    etf_scale: float = param(1.0, "scale beta of the fixed ETF classifier", gt=0)
+    etf_scale: float = param(1.0, "scale beta of the fixed ETF classifier, W = beta W* (neural-collapse FL Sec. 5.1: "
+                                  "'the default setting of ETF is 1.0'; Table 5 tries 0.5, 1.0, 1.5)", gt=0)
     # --- local training
     local_epochs: int = param(1, "local epochs E", ge=1)
     batch_size: int = param(32, "local minibatch size B", ge=1)

@@ -52,9 +52,14 @@ PER_JOB: dict[str, dict[str, Any]] = {
     "fedufo": {"fedufo.num-clients": NUM_NODES, "fedufo.stage-one-fraction": 0.5, "fedufo.disc-schedule": "alternating",
                "fedufo.sampling-metric": "global-model-local-accuracy"},
     "fedufo-paper": {"method": "fedufo", "fedufo.num-clients": NUM_NODES, "fedufo.stage-one-fraction": 0.5},
-    # fedetf: the weightings before issue 19 (still options); fedgmv: Alg. 1's defaults (mu over |S_t|, uniform)
-    "fedetf": {"fedetf.warmup-fraction": 0.4, "fedetf.gmv-weighting": "clients", "fedetf.aggregation": "samples"},
+    # fedetf: the weightings before issue 19 and the final-model features before issue 40 (still options);
+    # fedgmv: Alg. 1's defaults (mu over |S_t| of the training-time features, uniform averaging)
+    "fedetf": {"fedetf.warmup-fraction": 0.4, "fedetf.gmv-weighting": "clients", "fedetf.aggregation": "samples",
+               "fedetf.gmv-features": "final"},
     "fedgmv": {"fedetf.warmup-fraction": 0.4},
+    # feddecorr: the default since issue 40 (the authors' loss.py form, beta 0.1); feddecorr-code: its recipe's
+    # values written out (COMMON's lr, momentum, B, E would win over the recipe), local steps capped by COMMON
+    "feddecorr-code": {"lr": 0.01, "momentum": 0.9, "weight-decay": 1e-5, "local-epochs": 10, "batch-size": 64},
     "scaffold-etf-head": {"method": "scaffold", "head": "etf"},
     "scaffold-option-i": {"method": "scaffold", "scaffold.option": "I"},
     "fednova": {"max-local-steps": 0},  # unequal local step counts, else FedNova is FedAvg

@@ -234,6 +234,65 @@ def test_trainer_reports_class_means_of_backbone_features(features):
     assert np.all(np.abs(rec["means"][[0, 2]]).sum(axis=1) > 0)
 
 
+class _RecordingETFTrainer(ETFTrainer):
+    """ETFTrainer that keeps every training forward's (epoch, f, y): the f_{i,k}^t of Alg. 1's minibatch loop."""
+
+    def __init__(self, job):
+        super().__init__(job)
+        self.seen: list[tuple[torch.Tensor, torch.Tensor]] = []
+
+    def forward(self, model, x, y):
+        logits, f = super().forward(model, x, y)
+        self.seen.append((f.detach().clone(), y.clone()))
+        return logits, f
+
+
+def test_alg1_memory_vectors_by_hand_two_clients_and_a_missing_class():
+    """Alg. 1, the mu_j^t line, end to end with the default keys: two clients train (E = 2, so the last epoch's
+    f_{i,k}^t count), report the class means of their TRAINING-TIME features, and the server sets
+    mu_j = (1/|S_t|) sum_k m_kj with m_kj = 0 for a class client k lacks. Client 0 holds classes {0, 1}, client 1
+    {0, 2}, nobody class 3: mu_0 = (m_00 + m_10)/2, mu_1 = m_01/2, mu_2 = m_12/2, mu_3 = 0 (no memory, h = f)."""
+    cfg = make_cfg(**{"local-epochs": 2, "num-server-rounds": 10, "fedetf.warmup-fraction": 0.3,
+                      "momentum": 0.9})                                    # R_warm = 3: round 2 reports
+    assert cfg.section(FedETFConfig).gmv_features == "train"
+    s = FedETFStrategy(cfg)
+    datas = [make_data(n_per_class=6, classes=(0, 1), seed=1), make_data(n_per_class=6, classes=(0, 2), seed=2)]
+    model0 = build_model(cfg, (D_IN,), C)
+    ref = model_params(model0)
+    updates, hand = [], []
+    for cid, data in enumerate(datas):
+        model = build_model(cfg, (D_IN,), C)
+        model.load_state_dict(model0.state_dict())
+        trainer = _RecordingETFTrainer(make_job(cfg, data, s.client_config(2, cid), s.client_records(2, cid),
+                                                cid=cid, server_round=2, model=model))
+        reply = trainer.run()
+        steps_per_epoch = -(-len(data.y_train) // cfg.batch_size)
+        assert len(trainer.seen) == 2 * steps_per_epoch
+        last = trainer.seen[steps_per_epoch:]                              # the last epoch's minibatches
+        f = torch.cat([a for a, _ in last]).double()
+        y = torch.cat([b for _, b in last])
+        m = np.zeros((C, f.shape[1]))
+        for c in y.unique().tolist():                                      # (1/|D_kc|) sum_{i in D_kc} f_i
+            m[c] = f[y == c].mean(0).numpy()
+        hand.append(m)
+        rec = record_to_params(reply.records[MEANS_RECORD])
+        np.testing.assert_allclose(rec["means"], m, rtol=1e-5, atol=1e-6)
+        assert rec["counts"].tolist() == ([6, 6, 0, 0] if cid == 0 else [6, 0, 6, 0])
+        # training-time features, not the returned model's: a no-grad pass of the final model differs
+        with torch.no_grad():
+            final, _ = class_feature_means(trainer.job.model.features(data.x_train), data.y_train, C)
+        assert not np.allclose(final, m, atol=1e-4)
+        updates.append(ClientUpdate(cid, model_params(trainer.job.model), len(data.y_train), {}, reply.records))
+    s.aggregate(2, ref, updates)
+    expect = np.stack([(hand[0][0] + hand[1][0]) / 2, hand[0][1] / 2, hand[1][2] / 2, np.zeros(hand[0].shape[1])])
+    np.testing.assert_allclose(s.memory, expect, rtol=1e-5, atol=1e-6)
+    assert s.memory_valid.tolist() == [True, True, True, False]
+    # round 3 = R_warm: both clients get mu^2 and train on h = f + alpha mu_y (class 3 gets h = f)
+    sent = record_to_params(s.client_records(3, 0)[MEMORY_RECORD])
+    np.testing.assert_allclose(sent["mu"], expect.astype(np.float32), rtol=1e-6)
+    assert s.client_config(3, 1)[ACTIVE_KEY]
+
+
 # ============================================================================ memory vectors: server side
 def test_average_class_means_skips_absent_classes():
     # 3 clients, 3 classes, d = 2. Class 2 held by nobody, class 1 only by client 2.
@@ -392,8 +451,8 @@ def test_config_defaults_match_pyproject_and_errors_name_the_key():
     for key in ("fedetf.alpha", "fedetf.warmup-fraction", "fedetf.gmv-weighting", "fedetf.gmv-features",
                 "fedetf.aggregation"):
         assert table[key] == getattr(defaults, key.split(".")[1].replace("-", "_"))
-    assert (defaults.alpha, defaults.warmup_fraction, defaults.gmv_weighting, defaults.aggregation) == (
-        0.5, 0.9, "sampled", "uniform")
+    assert (defaults.alpha, defaults.warmup_fraction, defaults.gmv_weighting, defaults.aggregation,
+            defaults.gmv_features) == (0.5, 0.9, "sampled", "uniform", "train")   # Alg. 1 (issue 40)
     for key, bad, allowed in (("fedetf.alpha", -1.0, ">= 0, finite"),
                               ("fedetf.warmup-fraction", 1.5, ">= 0, <= 1, finite"),
                               ("fedetf.gmv-weighting", "median", "one of sampled, clients, samples"),

@@ -10,7 +10,7 @@ import torch
 from flwr.app import RecordDict
 
 from client_app.trainers.feddecorr import DecorrTerm, FedDecorrTrainer, correlation_matrix, decorrelation_loss
-from flcore.config import ConfigError
+from flcore.config import ConfigError, RunConfig
 from flcore.registry import FEDAVG_STRATEGY, get_method
 from tests._baselines_util import bound_error, initial_params, make_cfg, make_data, make_job
 from tests.known_outputs import COMMON, run_job
@@ -107,7 +107,49 @@ def test_declaration_and_trainer_read_the_run_config():
     [term] = FedDecorrTrainer(job).terms()
     assert isinstance(term, DecorrTerm) and (term.beta, term.eps, term.form) == (0.3, 1e-8, "code")
     default = make_cfg(method="feddecorr").to_dict()
-    assert (default["feddecorr.beta"], default["feddecorr.eps"], default["feddecorr.form"]) == (0.1, 1e-8, "paper")
+    # the default is the authors' run (issue 40): their loss.py form with their coefficient 0.1
+    assert (default["feddecorr.beta"], default["feddecorr.eps"], default["feddecorr.form"]) == (0.1, 1e-8, "code")
+    [term] = FedDecorrTrainer(make_job(make_cfg(method="feddecorr"), 0, 1, initial_params(cfg), make_data(0),
+                                       RecordDict())).terms()
+    assert (term.beta, term.form) == (0.1, "code")
+
+
+RECIPE = {"lr": 0.01, "momentum": 0.9, "weight-decay": 1e-5, "local-epochs": 10, "batch-size": 64}
+
+
+def test_feddecorr_code_carries_the_authors_recipe_with_sources():
+    """feddecorr-code: the authors' CIFAR-10 run (run_scripts/cifar10_fedavg_feddecorr.sh, main.py get_args):
+    SGD lr 0.01, momentum 0.9, weight decay 1e-5, E = 10, B = 64, each value with its file; the term as feddecorr's."""
+    from flcore.config import resolve_run_config
+
+    decl = get_method("feddecorr-code")
+    assert decl.strategy == FEDAVG_STRATEGY and dict(decl.recipe) == RECIPE
+    assert all("bytedance/FedDecorr" in decl.recipe_sources[k] for k in RECIPE)
+    assert "cifar10_fedavg_feddecorr.sh" in decl.recipe_sources["lr"]
+    assert "main.py get_args" in decl.recipe_sources["batch-size"]
+    flat = RunConfig.from_dict(resolve_run_config({"method": "feddecorr-code"})).to_dict()
+    assert {k: flat[k] for k in RECIPE} == RECIPE
+    assert (flat["feddecorr.form"], flat["feddecorr.beta"]) == ("code", 0.1)
+    plain = RunConfig.from_dict(resolve_run_config({"method": "feddecorr"})).to_dict()
+    assert (plain["lr"], plain["local-epochs"], plain["batch-size"]) == (0.03, 1, 32)  # feddecorr: no recipe
+    user = RunConfig.from_dict(resolve_run_config({"method": "feddecorr-code", "lr": 0.05})).to_dict()
+    assert (user["lr"], user["local-epochs"]) == (0.05, 10)                             # the user's value wins
+
+
+def test_a_feddecorr_code_run_records_the_recipe_in_results_json(tmp_path):
+    """A real run (in-process, 4 digits clients, 1 round, local steps capped for time): nothing of the recipe
+    set, so results.json's run_config shows the authors' lr, momentum, weight decay, E and B."""
+    import json
+
+    from flcore.config import resolve_run_config
+
+    values = resolve_run_config({"method": "feddecorr-code", "dataset": "digits", "model": "mlp", "seed": 3,
+                                 "num-server-rounds": 1, "max-local-steps": 2, "checkpoint": False})
+    values.pop("out-dir")
+    run_job(values, tmp_path / "run")
+    recorded = json.loads((tmp_path / "run" / "results.json").read_text())["run_config"]
+    assert {k: recorded[k] for k in RECIPE} == RECIPE
+    assert recorded["method"] == "feddecorr-code" and recorded["feddecorr.form"] == "code"
 
 
 @pytest.mark.parametrize("key,value,allowed", [("feddecorr.beta", -0.1, ">= 0, finite"),

@@ -4,8 +4,8 @@ read, see flcore/methods/feddecorr.py for what was read and where):
 
     z_hat_n,i = (z_n,i - mean_n z_n,i) / sqrt(var_n z_n,i + eps)      (z-scoring each dimension over the batch)
     K = z_hat^T z_hat / N                                              (d x d correlation matrix)
-    L_FedDecorr = (1/d^2) ||K||_F^2                                    (form "paper", the diagonal included)
-    L_code = (N-1)^2/N * mean_{i != j} K_ij^2                          (form "code", the authors' loss.py)
+    L_code = (N-1)^2/N * mean_{i != j} K_ij^2        (form "code", the default: the authors' loss.py, FedDecorrLoss)
+    L_FedDecorr = (1/d^2) ||K||_F^2                  (form "paper", the diagonal included; ~N times weaker)
 
 z is the representation the classifier reads (the training loop's ``Step.features``, with its graph). A batch of
 one sample has no correlation and adds nothing (as in the authors' code). The server is FedAvg.

@@ -13,10 +13,14 @@ After training, the client reports the per-class mean of its backbone features f
 (record ``class-means``); the server averages them into mu^t (``strategies/methods/fedetf.py``).
 
 Which features make the class means (``fedetf.gmv-features``):
-  ``final`` (default): one no-grad pass of the trained local model theta_k^t over the local training set,
-      i.e. (1/|D_kj|) sum_{i in D_kj} F_{theta_k^t}(x_i) with the model the client returns;
-  ``train``: the detached f computed in the training forward passes of the last local epoch (Alg. 1 writes
-      f_{i,k}^t inside the minibatch loop); free, but mixes the model states of one epoch.
+  ``train`` (default, Alg. 1): the detached f computed in the training forward passes of the last local epoch,
+      i.e. (1/|D_kj|) sum_{i in D_kj} f_{i,k}^t with f_{i,k}^t = F_{theta_k^t}(x_{i,k}) as the minibatch loop
+      computes it (the model in training mode, each sample under the parameters of its own step). Alg. 1 shows
+      one pass over the data; with E > 1 epochs the last pass's f is the latest f_{i,k}^t of every sample. A
+      class a capped last epoch (``max-local-steps``) never reached counts as absent for that client;
+  ``final`` (our option, the default before issue 40): one no-grad eval-mode pass of the trained local model
+      theta_k^t over the local training set, i.e. (1/|D_kj|) sum_{i in D_kj} F_{theta_k^t}(x_i) with the model
+      the client returns.
 Both use f (before the memory vector is added), never h: mu is a memory of the features, and adding
 alpha*mu to the features it is averaged from would feed mu back into itself.
 """

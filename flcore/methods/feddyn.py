@@ -11,7 +11,8 @@ STATE_GRAD = "feddyn-grad"   # client state: the client's linear-term gradient
 @dataclass(frozen=True)
 class FedDynConfig(Section):
     NAME = "feddyn"
-    alpha: float = param(0.01, "regularisation strength alpha (Alg. 1; paper tunes {0.1, 0.01, 0.001})",
+    alpha: float = param(0.01, "regularisation strength alpha (Alg. 1; the paper tunes {0.1, 0.01, 0.001}; 0.01: "
+                               "the authors' code, alpemreacar/FedDyn example_cifar_10.py alpha_coef = 1e-2)",
                          gt=0, old="feddyn-alpha")
 
 

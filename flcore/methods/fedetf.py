@@ -1,6 +1,7 @@
 """Neural-collapse FL (seed 004): a fixed simplex-ETF classifier (head='etf', usable with any method) and
 global memory vectors mu_c = (1/|S_t|) sum over the sampled clients of their class means, added to the
-features as h = f + alpha mu_y from round R_warm on; the backbone is averaged uniformly (paper Alg. 1)."""
+features as h = f + alpha mu_y from round R_warm on; the backbone is averaged uniformly (paper Alg. 1).
+Every default is Alg. 1's (docs/methods/fedetf.md: the algorithm line by line against the code)."""
 
 from dataclasses import dataclass
 
@@ -30,8 +31,12 @@ class FedETFConfig(Section):
                                           "round); the mean over the clients holding c (clients) or count-"
                                           "weighted (samples), both keeping mu_c of an unseen class",
                                choices=GMV_WEIGHTINGS, old="fedetf-gmv-weighting")
-    gmv_features: str = param("final", "class means from the final local model (final) or accumulated "
-                                       "during training (train)", choices=GMV_FEATURES, old="fedetf-gmv-features")
+    gmv_features: str = param("train", "features the class means are taken of: train (Alg. 1: the f_{i,k}^t of the "
+                                       "training forward passes, detached, of the last local epoch; the mu_j^t "
+                                       "line averages the f computed in the minibatch loop) or final (our option: "
+                                       "one no-grad eval-mode pass of the returned local model over the client's "
+                                       "training data; the default before issue 40)", choices=GMV_FEATURES,
+                               old="fedetf-gmv-features")
     aggregation: str = param("uniform", "backbone averaging: the plain mean of the round's models (uniform: Alg. 1, "
                                         "theta = (1/K) sum_k theta_k) or n_k-weighted (samples)",
                              choices=AGGREGATIONS)

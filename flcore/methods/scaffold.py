@@ -14,9 +14,12 @@ STATE_C_I = "scaffold-c-i"       # client state: this client's control variate c
 class ScaffoldConfig(Section):
     NAME = "scaffold"
     option: str = param("II", "how c_i is updated (Alg. 1 line 12): I = full local gradient at x, "
-                              "II = from the local updates", choices=("I", "II"), old="scaffold-option")
-    server_lr: float = param(1.0, "global step size eta_g in x <- x + eta_g mean(y_i - x) (Alg. 1 line 16)",
-                             gt=0, old="server-lr")
+                              "II = from the local updates, c_i - c + (x - y_i)/(K eta_l) (Alg. 1 offers both and "
+                              "states no default; II: the cheaper one, no extra pass over the data; no authors' "
+                              "code is published)",
+                        choices=("I", "II"), old="scaffold-option")
+    server_lr: float = param(1.0, "global step size eta_g in x <- x + eta_g mean(y_i - x) (Alg. 1 line 16; 1: "
+                                  "averaging the client models, FedAvg's server step)", gt=0, old="server-lr")
 
 
 METHODS = [MethodDecl("scaffold", "Karimireddy et al., ICML 2020 (SCAFFOLD)",

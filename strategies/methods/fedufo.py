@@ -1,4 +1,4 @@
-"""FedUFO server (Zhang et al., ICCV 2021, seed 002; METHODS.md Sec. 3): dynamic sampling + prior relay.
+"""FedUFO server (Zhang et al., ICCV 2021, seed 002; docs/METHODS.md, FedUFO): dynamic sampling + prior relay.
 
 A round with relay (stage one with UAD, or stage two with CGR):
     1. "train.prior" to the sampled group S_t: each member trains its prior w~_k from theta_t (CE only)

@@ -1,4 +1,4 @@
-"""FedUFO client (Zhang et al., ICCV 2021, seed 002; METHODS.md Sec. 3): prior and posterior phases.
+"""FedUFO client (Zhang et al., ICCV 2021, seed 002; docs/METHODS.md, FedUFO): prior and posterior phases.
 
 A round reaches a client as up to two messages (the ClientApp sets ``job.phase`` from the action):
     "train.prior"     : train the prior w~_k from theta_t on local data with CE only; keep it in client
