@@ -213,3 +213,23 @@ def test_synthetic_run_config_keys_reach_the_generator_and_the_80_20_split():
     tr, te, va = client_indices(c, 3, 30)
     n = len(y)
     assert len(tr) + len(te) == n and len(te) == round(0.2 * n) and abs(len(te) - (n - int(0.8 * n))) <= 1
+
+
+def test_plot_fedbc_reads_the_all_devices_pfl_series(tmp_path):
+    from experiments.plot_fedbc import pfl_series, plot
+
+    s = strategy()
+    z = P(w=[0.0, 0.0])
+    rows = []
+    for rnd, (acc_all, n, sampled) in enumerate([(None, 0, None), (0.5, 2, 0.5), (0.6, 3, 0.7)], start=1):
+        z = s.aggregate(rnd, z, [upd(0, P(w=[1.0, rnd])), upd(2, P(w=[3.0, 0.0]), 30)])
+        rows.append({"round": rnd, "local_accuracy": sampled, "local_accuracy_all_devices": acc_all,
+                     "local_accuracy_all_devices_n": n, "num_registered": 3, "strategy": s.round_metrics()})
+    path = tmp_path / "results.json"
+    path.write_text(json.dumps({"run_config": {}, "rounds": rows}))
+    got = pfl_series(json.loads(path.read_text()))
+    assert np.isnan(got["all_devices"][0]) and got["all_devices"][1:].tolist() == [0.5, 0.6]
+    assert got["devices_with_model"].tolist() == [0, 2, 3] and got["registered"].tolist() == [3, 3, 3]
+    assert plot(path, tmp_path / "f.png").stat().st_size > 1000
+    with pytest.raises(ValueError, match="before issue 40"):
+        pfl_series({"rounds": [{"round": 1}]})

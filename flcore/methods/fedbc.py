@@ -37,8 +37,9 @@ class FedBCConfig(Section):
                                     "so set both when tuning; authors' code: one optimizer, one lr, for both)",
                              ge=0, old="fedbc-eta-gamma")
     lambda_momentum: float = param(0.5, "heavy-ball momentum of the lambda/gamma steps: the paper's setup 'momentum "
-                                        "0.5 for lambda' (digits lost in our copy; /work/shared/specs METHODS.md "
-                                        "sec. 2) and the authors' --lamb_momentum 0.5 (utils/options.py)", ge=0, lt=1,
+                                        "0.5 for lambda' (as the project's method specification restates it; the "
+                                        "digits are lost in our copy) and the authors' --lamb_momentum 0.5 "
+                                        "(utils/options.py)", ge=0, lt=1,
                                    old="fedbc-lambda-momentum")
     dual_step: str = param("per-client", "'per-client': Eq. 11 per client, each multiplier with its own momentum "
                                          "buffer, moved only when its client returns an update (the paper's text); "
