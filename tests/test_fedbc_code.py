@@ -233,3 +233,26 @@ def test_plot_fedbc_reads_the_all_devices_pfl_series(tmp_path):
     assert plot(path, tmp_path / "f.png").stat().st_size > 1000
     with pytest.raises(ValueError, match="before issue 40"):
         pfl_series({"rounds": [{"round": 1}]})
+
+
+@pytest.mark.parametrize("name", ["claim-fedbc-synthetic", "fedbc-table1-synthetic11", "fedbc-mnist5k-powerlaw",
+                                  "fedbc-uniform-validation"])
+def test_committed_fedbc_results_stay_attached_to_their_configs(name):
+    """Issue 40 changed FedBC's keys and Synthetic's generator options: every committed run is still the run its
+    config plans (same recorded values, same client split), so experiments.run would not redo it. The new
+    fedbc-table1-synthetic (the authors' (0.5, 0.5)) has no results yet."""
+    from experiments.run import RESULTS_ROOT, is_complete, load_experiment, planned_config, run_dir, tuned_runs
+    from flcore.config import PROJECT_ROOT
+
+    doc = load_experiment(PROJECT_ROOT / "experiments" / "configs" / f"{name}.toml")
+    exp = doc["experiment"]
+    runs = 0
+    for label, over in tuned_runs(doc, RESULTS_ROOT / name, None).items():
+        for seed in exp.get("seeds", [0, 1, 2]):
+            out = run_dir(name, label, seed)
+            cfg = planned_config({**doc.get("base", {}), **over, "seed": seed, "out-dir": str(out),
+                                  "checkpoint": False, "overwrite": True})
+            assert is_complete(out, cfg, int(exp["num-supernodes"])), f"{name}/{label}/seed{seed} would be redone"
+            runs += 1
+    assert runs >= 6
+    assert not (RESULTS_ROOT / "fedbc-table1-synthetic").exists()
