@@ -95,6 +95,12 @@ def client_angle(cfg: RunConfig, cid: int) -> float:
     return (cid * cfg.rotation_step_deg) % 360.0
 
 
+def synthetic_data(cfg: RunConfig, cid: int) -> tuple[np.ndarray, np.ndarray]:
+    """Client ``cid``'s generated Synthetic(alpha, beta) data (data_partitioning/synthetic.py) under ``cfg``."""
+    return synthetic_client(cfg.synthetic_alpha, cfg.synthetic_beta, data_seed("synthetic"), cid,
+                            max_samples=cfg.synthetic_max_samples, prior_scale=cfg.synthetic_prior_scale)
+
+
 def held_out_fraction(cfg: RunConfig) -> float:
     """Share of a client's partition held out as its local test split: ``local-test-fraction``, except for
     ``synthetic``, whose test set is by definition (FedProx) the union of per-client held-out parts: there it is
@@ -112,7 +118,7 @@ def client_indices(cfg: RunConfig, cid: int, num_partitions: int) -> tuple[np.nd
     if not 0 <= cid < num_partitions:
         raise DatasetError(f"partition-id {cid} is out of range for num-partitions={num_partitions}")
     if cfg.dataset == "synthetic":
-        n = len(synthetic_client(cfg.synthetic_alpha, cfg.synthetic_beta, data_seed("synthetic"), cid)[1])
+        n = len(synthetic_data(cfg, cid)[1])
         idx, split_seed = np.arange(n), data_seed("synthetic")
     else:
         idx, split_seed = partition_indices(cfg, num_partitions)[cid], int(cfg.seed)
@@ -137,7 +143,7 @@ def split_digest(cfg: RunConfig, num_partitions: int) -> str:
 def client_arrays(cfg: RunConfig, cid: int, num_partitions: int) -> ClientArrays:
     tr, te, va = client_indices(cfg, cid, num_partitions)
     if cfg.dataset == "synthetic":
-        x, y = synthetic_client(cfg.synthetic_alpha, cfg.synthetic_beta, data_seed("synthetic"), cid)
+        x, y = synthetic_data(cfg, cid)
         num_classes = dataset_shape("synthetic")[1]
     else:
         pool = _pool(cfg)

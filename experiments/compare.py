@@ -186,6 +186,11 @@ def test_set_identity(run: Run) -> dict[str, Any]:
     if dataset == "synthetic":
         ident["synthetic-alpha"] = rc["synthetic-alpha"]
         ident["synthetic-beta"] = rc["synthetic-beta"]
+        # issue 40's generator options; a run recorded before them drew with 'variance' and the 2000 cap
+        ident["synthetic-prior-scale"] = rc.get("synthetic-prior-scale", "variance")
+        if ident["synthetic-alpha"] == ident["synthetic-beta"] == 1.0:  # both readings draw the same data
+            ident["synthetic-prior-scale"] = "std = variance (alpha = beta = 1)"
+        ident["synthetic-max-samples"] = rc.get("synthetic-max-samples", 2000)
         held = rc["local-test-fraction"] or rc["global-test-fraction"]
         ident["held-out fraction (local-test-fraction, else global-test-fraction)"] = held
     return ident

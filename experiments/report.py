@@ -31,6 +31,7 @@ COLUMNS = [  # (header, key in "final", scale, decimals)
     ("G-FL acc", "global_accuracy", 100, 2),
     ("best G-FL", "best_global_accuracy", 100, 2),
     ("P-FL acc", "local_accuracy", 100, 2),
+    ("P-FL all devices", "local_accuracy_all_devices", 100, 2),  # each device's last local model (runner.py)
     ("clients: worst", "client_accuracy_worst", 100, 2),
     ("clients: std", "client_accuracy_std", 100, 2),
     ("min-data client", "min_data_client_accuracy", 100, 2),

@@ -73,6 +73,14 @@ class CommonConfig(Section):
                                         gt=0, lt=1)
     synthetic_alpha: float = param(1.0, "alpha of Synthetic(alpha, beta) (FedProx paper)", ge=0)
     synthetic_beta: float = param(1.0, "beta of Synthetic(alpha, beta)", ge=0)
+    synthetic_prior_scale: str = param("std", "how alpha/beta scale u_k ~ N(0, alpha), B_k ~ N(0, beta): 'std' "
+                                              "(standard deviations, as the FedBC and FedProx authors' generators: "
+                                              "chenfan95/FedBC utils/synthetic.py:generate_synthetic) or "
+                                              "'variance'; equal at alpha = beta = 1 (data_partitioning/synthetic.py)",
+                                       choices=("std", "variance"))
+    synthetic_max_samples: int = param(2000, "cap on a synthetic client's sample count floor(lognormal(4, 2)) + 50 "
+                                             "(0 = no cap, as the FedBC authors' utils/synthetic.py:"
+                                             "generate_synthetic)", ge=0)
     rotation_step_deg: float = param(15.0, "rotation between consecutive clients (rotated-mnist)")
     # --- model
     model: str = param("auto", "backbone; auto picks per dataset", choices=MODELS)

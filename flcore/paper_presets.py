@@ -95,20 +95,27 @@ BC_SOURCE = ("Sec. 5 'Experiment Setup' and App. E.1-E.3 (numbers lost in our te
              "('Selection of gamma'), eta_gamma = eta_lambda (App. E.2); synthetic: multinomial logistic "
              "regression (App. E.1); Table 1: E = 1 and 5 columns; Tables 2/7: power-law exponent 1.5 column")
 BC_CHOICES = {
-    "momentum": "local SGD momentum 0.5, as the authors' jobs (experiments/configs/fedbc-table1-synthetic.toml); "
-                "the paper's 'momentum 0.5' is the dual steps'",
+    "momentum": "local SGD momentum 0.5, as the authors' code (chenfan95/FedBC models/Update.py LocalUpdate.train, "
+                "utils/options.py --momentum 0.5); the paper's 'momentum 0.5' is the dual steps'",
     "weight-decay": "the paper states none; 0 keeps the local objective f_k + lambda_k(||x - z||^2 - gamma_k)",
     "num-server-rounds": "the round count is lost in our copy; 50 as the authors' synthetic jobs "
-                         "(experiments/configs/fedbc-table1-synthetic.toml)",
+                         "(chenfan95/FedBC synthetic_jobs.sh, --epochs 50)",
     "local-test-fraction": "App. E.2 'We use an [lost] train/test split': the article 'an' fits 80/20",
     "federated-eval-every": "Fig. 4 follows the global model's accuracy on the min- and max-data users every round",
     "fedbc.lambda-init": "the paper states no lambda_k^0; the authors' code starts at 0",
     "fedbc.lambda-max": "the paper states no upper end of the projection; none, as the authors' code",
 }
 BC_SYNTH_CHOICES = {
-    "synthetic-alpha": "'We set [lost]' in App. E.1; Synthetic(1, 1), FedProx's heterogeneous setting and the "
-                       "authors' synthetic jobs",
-    "synthetic-beta": "lost with alpha in App. E.1 ('We set [lost]'); beta = 1 of Synthetic(1, 1)",
+    "synthetic-alpha": "'We set [lost]' in App. E.1; alpha = 0.5 as every line of the authors' synthetic_jobs.sh "
+                       "(--alpha 0.5; utils/options.py default 0.5), chenfan95/FedBC",
+    "synthetic-beta": "lost with alpha in App. E.1 ('We set [lost]'); beta = 0.5 as every line of the authors' "
+                      "synthetic_jobs.sh (--beta 0.5)",
+    "synthetic-prior-scale": "the paper writes N(0, alpha); the authors draw np.random.normal(0, alpha), alpha a "
+                             "standard deviation (chenfan95/FedBC utils/synthetic.py:generate_synthetic)",
+    "synthetic-max-samples": "no cap: the authors' sizes are lognormal(4, 2).astype(int) + 50 "
+                             "(utils/synthetic.py:generate_synthetic)",
+    "local-test-fraction": "App. E.2 'We use an [lost] train/test split'; the authors' code splits each device "
+                           "80/20 (utils/synthetic.py:generate_synthetic_datasets, train_test_split = 0.8)",
     "partition": "not expressible exactly: our Synthetic draws FedProx's lognormal client sizes (Li et al. 2020) "
                  "and power-law-exponent does not apply to it; the paper's power law has no stated exponent for "
                  "synthetic data",
@@ -125,8 +132,9 @@ def _bc_synthetic(epochs: int, method: str = "fedbc", own: dict[str, Any] | None
                   own_choices: dict[str, str] | None = None) -> Preset:
     suffix = "" if method == "fedbc" else f"-{method}"
     values: dict[str, Any] = {
-        "method": method, "dataset": "synthetic", "partition": "power-law", "synthetic-alpha": 1.0,
-        "synthetic-beta": 1.0, "model": "logistic", "local-test-fraction": 0.2, "batch-size": 20, "lr": 0.01,
+        "method": method, "dataset": "synthetic", "partition": "power-law", "synthetic-alpha": 0.5,
+        "synthetic-beta": 0.5, "synthetic-prior-scale": "std", "synthetic-max-samples": 0, "model": "logistic",
+        "local-test-fraction": 0.2, "batch-size": 20, "lr": 0.01,
         "momentum": 0.5, "weight-decay": 0.0, "local-epochs": epochs, "fraction-train": 0.33,
         "num-server-rounds": 50, "federated-eval-every": 1}
     choices = {**BC_CHOICES, **BC_SYNTH_CHOICES}
@@ -139,7 +147,8 @@ def _bc_synthetic(epochs: int, method: str = "fedbc", own: dict[str, Any] | None
     choices.update(own_choices or {})
     who = "FedBC" if method == "fedbc" else f"baseline {method}"
     return Preset(f"fedbc-synthetic-e{epochs}{suffix}", BC,
-                  f"Table 1: Synthetic(1,1), 30 devices, 10 per round, E = {epochs}, {who}", BC_SOURCE, values,
+                  f"Table 1: Synthetic(0.5, 0.5) as the authors generate it, 30 devices, 10 per round, E = {epochs}, "
+                  f"{who}", BC_SOURCE, values,
                   choices, num_supernodes=30)
 
 

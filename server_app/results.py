@@ -35,7 +35,8 @@ from flcore.stack import stack_info
 from server_app.tensorboard_log import tensorboard_log
 
 SCALAR_COLUMNS = ("round", "global_accuracy", "global_loss", "val_accuracy", "val_loss", "local_accuracy", "local_accuracy_best",
-                  "local_accuracy_worst", "local_accuracy_std", "client_accuracy_mean", "client_accuracy_worst",
+                  "local_accuracy_worst", "local_accuracy_std", "local_accuracy_all_devices",
+                  "local_accuracy_all_devices_n", "client_accuracy_mean", "client_accuracy_worst",
                   "client_accuracy_std", "min_data_client_accuracy", "max_data_client_accuracy",
                   "wall_time_s", "bytes_sent", "bytes_received", "num_sampled", "num_updates", "num_failures")
 

@@ -4,7 +4,8 @@
     for each round:
         strategy.train_round()      sample, send, validate, aggregate (+ method phases, e.g. FedUFO relay)
         G-FL                        global model on the global test set (server side)
-        P-FL                        the sampled clients' local models on their local test splits
+        P-FL                        the sampled clients' local models on their local test splits; and over
+                                    all devices: each device's last local model (registry.all_devices_local_accuracy)
         client evaluation           every `federated-eval-every` rounds and at the end: the global model on
                                     every client's local test split (fairness, min/max-data client)
         results.json + checkpoint
@@ -167,6 +168,8 @@ def run_federation(grid: Grid, cfg: RunConfig) -> dict[str, Any]:
                     model_stats.update(collapse_stats(moments, f"{name}_feature"))
             g_loss, g_acc = scores.get("global", (None, None))
             row = round_row(rnd, outcome, g_loss, g_acc, 0.0)
+            strategy.registry.note_local_models(outcome.updates)
+            row.update(strategy.registry.all_devices_local_accuracy())
             row.update(model_stats)
             if "val" in scores:
                 row["val_loss"], row["val_accuracy"] = scores["val"]

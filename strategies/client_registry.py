@@ -60,6 +60,7 @@ class ClientRegistry:
         self.clients: dict[int, ClientInfo] = {}
         self.rng = np.random.default_rng(cfg.seed)  # the sampler's stream (checkpointed)
         self.accuracy: dict[int, float] = {}  # last local accuracy each client reported
+        self.local_models: dict[int, float] = {}  # P-FL over all devices: see note_local_models
         self.backoff: dict[int, tuple[int, int]] = {}  # failed node id -> (failed attempts, first round to ask again)
         self.failures: list[Failure] = []  # registration failures not yet reported in a round's results
         # (file stamp, node -> owned id, client id -> declared training-set size)
@@ -120,6 +121,25 @@ class ClientRegistry:
         for u in updates:
             if "local-accuracy" in u.metrics:
                 self.accuracy[u.cid] = float(u.metrics["local-accuracy"])
+
+    def note_local_models(self, updates: list[Any]) -> None:
+        """Remember, per client, its last local model's accuracy on its own local test split: the finite
+        ``local-accuracy`` of each update a round aggregated (a client without a local test split reports NaN
+        and is not entered). Unlike ``accuracy`` no method rewrites this table."""
+        for u in updates:
+            value = u.metrics.get("local-accuracy")
+            if value is not None and math.isfinite(float(value)):
+                self.local_models[u.cid] = float(value)
+
+    def all_devices_local_accuracy(self) -> dict[str, Any]:
+        """P-FL as "each device's local model ... on its own test data, averaged across all devices": the mean,
+        over the registered clients that have a local model, of that model's accuracy (each device counts once,
+        whatever its test size). A device never sampled (or without a local test split) has no local model and
+        is left out; ``local_accuracy_all_devices_n`` says how many of the ``num_registered`` devices counted.
+        ``local_accuracy_all_devices`` is None while none has one."""
+        values = [self.local_models[c] for c in sorted(self.clients) if c in self.local_models]
+        return {"local_accuracy_all_devices": float(np.mean(values)) if values else None,
+                "local_accuracy_all_devices_n": len(values), "num_registered": len(self.clients)}
 
     # ------------------------------------------------------------------------------ registration
     def refresh(self, grid: Grid, wait: bool = True, server_round: int = 0) -> None:
@@ -264,8 +284,13 @@ class ClientRegistry:
     # ------------------------------------------------------------------------------ checkpoint
     def state_dict(self) -> dict[str, Any]:
         """The sampler's stream and the accuracies (what a resumed run samples from)."""
-        return {"rng": self.rng.bit_generator.state, "client_accuracy": dict(self.accuracy)}
+        return {"rng": self.rng.bit_generator.state, "client_accuracy": dict(self.accuracy),
+                "local_model_accuracy": dict(self.local_models)}
 
     def load_state_dict(self, state: Mapping[str, Any]) -> None:
         self.rng.bit_generator.state = state["rng"]
         self.accuracy = {int(k): float(v) for k, v in state["client_accuracy"].items()}
+        if "local_model_accuracy" not in state:  # a checkpoint from before the table existed
+            log.warning("checkpoint has no 'local_model_accuracy' table: local_accuracy_all_devices counts only "
+                        "the devices trained since this resume (local_accuracy_all_devices_n says how many)")
+        self.local_models = {int(k): float(v) for k, v in state.get("local_model_accuracy", {}).items()}

@@ -47,6 +47,7 @@ PER_JOB: dict[str, dict[str, Any]] = {
     "fedbc-finetune": {"fedbc.lambda-init": 0.05, "fedbc.eta-lambda": 0.1},
     "per-fedbc": {"fedbc.lambda-init": 0.05, "fedbc.eta-lambda": 0.1},
     "fedbc-uniform": {"fedbc.lambda-init": 0.05, "fedbc.eta-lambda": 0.1},
+    "fedbc-code": {"fedbc-code.lambda-init": 0.05, "fedbc-code.eta-lambda": 0.1},  # the code's one dual optimizer
     "fedbr": {"fedbr.max-momentum": 0.5},  # the max step with the run's momentum, as before issue 19
     # fedufo: the schedule and ranking before issue 19 (still options); fedufo-paper: the defaults since
     "fedufo": {"fedufo.num-clients": NUM_NODES, "fedufo.stage-one-fraction": 0.5, "fedufo.disc-schedule": "alternating",

@@ -39,7 +39,7 @@ def test_committed_results_read_under_current_names():
         assert len(current) == len(recorded)
         cfg = RunConfig.from_dict(current)
         assert cfg.method == recorded["method"] and cfg.num_server_rounds == recorded["num-server-rounds"]
-    prox = json.loads((PROJECT_ROOT / "results/fedbc-table1-synthetic/fedprox-e1/seed0/results.json").read_text())
+    prox = json.loads((PROJECT_ROOT / "results/fedbc-table1-synthetic11/fedprox-e1/seed0/results.json").read_text())
     assert prox["run_config"]["proximal-mu"] == 1.0
     assert RunConfig.from_dict(current_run_config(prox["run_config"])).section(FedProxConfig).mu == 1.0
     rane = json.loads((PROJECT_ROOT / "results/fedrane-digits-dir01/fedrane/seed0/results.json").read_text())

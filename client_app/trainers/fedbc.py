@@ -26,7 +26,7 @@ from torch import nn
 
 from client_app.trainers.base import Trainer, TrainJob
 from client_app.training import LossTerm, OptimConfig, Step, TrainStats, evaluate, local_train, minibatches
-from flcore.methods.fedbc import GAMMA_KEY, LAMBDA_KEY, LOCAL_ACC, SQ_DIST, FedBCConfig
+from flcore.methods.fedbc import GAMMA_KEY, LAMBDA_KEY, LOCAL_ACC, SQ_DIST, fedbc_config
 
 
 def dual_variables(job: TrainJob) -> tuple[float, float]:
@@ -136,7 +136,7 @@ class FedBCTrainer(Trainer):
 
     def __init__(self, job: TrainJob) -> None:
         super().__init__(job)
-        self.hp = job.cfg.section(FedBCConfig)
+        self.hp = fedbc_config(job.cfg)
         self.lam, self.gamma = dual_variables(job)
         self.penalty = LagrangianPenalty(self.anchor(), self.lam, self.gamma)
 

@@ -8,8 +8,14 @@ Server steps of Algorithm 1 for the clients k that returned a valid update in ro
     lambda_k  <- Proj_[0, lambda_max](lambda_k + eta_l * (d_k - gamma_k))          Eq. (11)
     gamma_k   <- gamma_k - eta_g * dL/dgamma_k = gamma_k + eta_g * lambda_k      ("Selection of gamma")
     z_{t+1}    = sum_k lambda_k x_k / sum_k lambda_k                              Eq. (12)/(13)
-The authors' code runs the lambda/gamma ascent with a heavy-ball optimizer (torch SGD, momentum 0.5):
-buf <- beta * buf + g; value <- value + eta * buf; that is what ``momentum`` reproduces here (per client).
+Two forms of the heavy-ball dual step (run-config key ``fedbc.dual-step``):
+- ``per-client`` (:func:`dual_ascent`, :func:`gamma_step`): each client's lambda_k and gamma_k keep their own
+  buffer, buf <- beta * buf + g; value <- value + eta * buf, taken only when client k returns an update;
+- ``code`` (:func:`code_dual_step`): the authors' code (chenfan95/FedBC main_fed.py __main__, "Update lamb (dual
+  ascent)") holds lambda and gamma of ALL devices as two vectors under one torch.optim.SGD(lr=lamb_lr,
+  momentum=lamb_momentum) and steps it after each client: the gradient is zero except at that client, but the
+  momentum buffers of every device decay and move their multipliers at every step, sampled or not; lambda is
+  clamped to >= 0 afterwards (all entries). Eq. 11 in the paper is the plain projected step of one client.
 """
 
 from __future__ import annotations
@@ -66,6 +72,39 @@ def gamma_step(gamma: float, lam: float, eta: float, momentum: float = 0.0,
     """
     new_buf = momentum * buf + lam
     return gamma + eta * new_buf, new_buf
+
+
+def code_dual_step(lam: np.ndarray, gamma: np.ndarray, lam_buf: np.ndarray, gamma_buf: np.ndarray, k: int,
+                   sq_dist: float, eta_lambda: float, eta_gamma: float, momentum: float, upper: float | None,
+                   fix_gamma: bool = False) -> tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray]:
+    """One step of the authors' dual optimizer after client ``k`` (index into the all-device vectors).
+
+    The loss the code differentiates is L_k = (||x_k - z||^2 - gamma_k) lambda_k (no gradient through the
+    models); lambda's gradient is negated (ascent). With the buffers kept in ascent form (torch's buffer times -1,
+    zero before the first step, which equals torch's buf = grad on its first step; dampening 0, no Nesterov):
+        g_lambda = e_k (d_k - gamma_k),  g_gamma = e_k lambda_k        (both at the pre-step values)
+        b_lambda <- beta b_lambda + g_lambda;   lambda <- Proj_[0, upper](lambda + eta_lambda b_lambda)  (every entry)
+        b_gamma  <- beta b_gamma + g_gamma;     gamma  <- gamma + eta_gamma b_gamma
+    With ``fix_gamma`` gamma is not in the optimizer (the code's --fix_gamma): gamma and its buffer stay.
+    Returns new arrays (lambda, gamma, lambda buffer, gamma buffer); the inputs are not modified."""
+    lam, gamma = np.asarray(lam, np.float64), np.asarray(gamma, np.float64)
+    lam_buf, gamma_buf = np.asarray(lam_buf, np.float64), np.asarray(gamma_buf, np.float64)
+    if not lam.shape == gamma.shape == lam_buf.shape == gamma_buf.shape or lam.ndim != 1:
+        raise ValueError(f"lambda, gamma and their buffers must be vectors of one length, got shapes {lam.shape}, "
+                         f"{gamma.shape}, {lam_buf.shape}, {gamma_buf.shape}")
+    if not 0 <= k < lam.size:
+        raise ValueError(f"client index {k} is outside the {lam.size} devices' dual vectors")
+    g_lam = np.zeros_like(lam)
+    g_lam[k] = float(sq_dist) - gamma[k]
+    new_lam_buf = momentum * lam_buf + g_lam
+    new_lam = lam + eta_lambda * new_lam_buf
+    new_lam = np.maximum(new_lam, 0.0) if upper is None else np.clip(new_lam, 0.0, float(upper))
+    if fix_gamma:
+        return new_lam, gamma.copy(), new_lam_buf, gamma_buf.copy()
+    g_gam = np.zeros_like(gamma)
+    g_gam[k] = lam[k]
+    new_gamma_buf = momentum * gamma_buf + g_gam
+    return new_lam, gamma + eta_gamma * new_gamma_buf, new_lam_buf, new_gamma_buf
 
 
 def dual_weights(lambdas: Sequence[float], num_examples: Sequence[int]) -> tuple[np.ndarray, bool]:

@@ -14,6 +14,11 @@ results.json records per round (``round_metrics``): lambda/gamma of every known 
 mean/min/max, the same statistics over this round's clients, the lambda each of them trained with, the
 weights used next to the sample and uniform weights (and their L1 gaps), and the mean penalty
 lambda_k (||x_k - z||^2 - gamma_k) at the returned models.
+With ``fedbc.dual-step = 'code'`` (the default of ``fedbc-code``) step 2 is the authors' one optimizer over the
+whole [lambda, gamma] vectors of every known client, stepped after each valid update in ascending client id
+(:func:`strategies.methods.fedbc.duals.code_dual_step`; the code steps in its sampler's draw order, after each
+client's training, so a client later in its round trains with multipliers its predecessors' steps moved; here
+every sampled client trains in parallel with the values of the round's start).
 Initial values follow the authors' code: lambda_k = 0 (``torch.zeros``) and gamma_k = 0 (paper,
 "Selection of gamma"). With lambda = 0 a client's first local problem is plain FedAvg; its first dual
 step then sets lambda_k = eta_lambda * ||x_k - z||^2 > 0.
@@ -29,10 +34,10 @@ from typing import Any
 import numpy as np
 
 from flcore.config import RunConfig
-from flcore.methods.fedbc import GAMMA_KEY, LAMBDA_KEY, LOCAL_ACC, SQ_DIST, FedBCConfig
+from flcore.methods.fedbc import GAMMA_KEY, LAMBDA_KEY, LOCAL_ACC, SQ_DIST, fedbc_config
 from strategies.base import ClientUpdate, FLStrategy, Params
-from strategies.methods.fedbc.duals import (dual_ascent, dual_weighted_average, gamma_step, squared_distance, stats,
-                                   uniform_average, weight_gaps)
+from strategies.methods.fedbc.duals import (code_dual_step, dual_ascent, dual_weighted_average, gamma_step,
+                                            squared_distance, stats, uniform_average, weight_gaps)
 
 log = logging.getLogger("noniid_fl")
 
@@ -53,7 +58,7 @@ class FedBCStrategy(FLStrategy):
 
     def __init__(self, cfg: RunConfig) -> None:
         super().__init__(cfg)
-        self.hp = cfg.section(FedBCConfig)
+        self.hp = fedbc_config(cfg)
         self.duals: dict[int, DualState] = {}
         self.last_round: dict[str, Any] = {}
 
@@ -78,6 +83,21 @@ class FedBCStrategy(FLStrategy):
         self.duals[cid] = DualState(lam, gamma, lam_buf, gamma_buf)
         return self.duals[cid]
 
+    def code_dual_updates(self, steps: list[tuple[int, float]]) -> None:
+        """The authors' dual optimizer (``dual-step = 'code'``): one step over every known client's lambda and
+        gamma per (cid, ||x_k - z||^2) in ``steps``, in that order (:func:`code_dual_step`)."""
+        c = self.hp
+        cids = sorted(set(self.clients) | set(self.duals) | {cid for cid, _ in steps})
+        ds = [self.dual(cid) for cid in cids]
+        lam, gam = np.array([d.lam for d in ds]), np.array([d.gamma for d in ds])
+        lbuf, gbuf = np.array([d.lam_buf for d in ds]), np.array([d.gamma_buf for d in ds])
+        index = {cid: i for i, cid in enumerate(cids)}
+        for cid, sq in steps:
+            lam, gam, lbuf, gbuf = code_dual_step(lam, gam, lbuf, gbuf, index[cid], sq, c.eta_lambda, c.eta_gamma,
+                                                  c.lambda_momentum, c.upper, c.fix_gamma)
+        for i, cid in enumerate(cids):
+            self.duals[cid] = DualState(float(lam[i]), float(gam[i]), float(lbuf[i]), float(gbuf[i]))
+
     # ------------------------------------------------------------------ aggregation
     def combine(self, updates: list[ClientUpdate], lambdas: list[float]) -> tuple[Params, np.ndarray, str]:
         """z_{t+1} from this round's models: sum lambda x / sum lambda (Eq. 12), sample-weighted when
@@ -90,8 +110,11 @@ class FedBCStrategy(FLStrategy):
         """Dual steps for the clients with valid updates only, then :meth:`combine`."""
         sq = {u.cid: squared_distance(u.params, params) for u in updates}
         trained = [(self.dual(u.cid).lam, self.dual(u.cid).gamma) for u in updates]   # what the clients used
-        for u in updates:
-            self.dual_update(u.cid, sq[u.cid])
+        if self.hp.dual_step == "code":
+            self.code_dual_updates([(u.cid, sq[u.cid]) for u in sorted(updates, key=lambda u: u.cid)])
+        else:
+            for u in updates:
+                self.dual_update(u.cid, sq[u.cid])
         lambdas = [self.duals[u.cid].lam for u in updates]
         new_params, weights, how = self.combine(updates, lambdas)
         if how == "sample-weighted-fallback":
