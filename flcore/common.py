@@ -105,6 +105,11 @@ class CommonConfig(Section):
     round_timeout: float = param(600.0, "seconds a round waits for replies", gt=0)
     reply_poll_interval: float = param(0.1, "longest pause between reply polls (s)", gt=0)
     round_retries: int = param(1, "new samples tried when a round gets too few updates", ge=0)
+    evict_after_timeouts: int = param(3, "a client whose replies time out this many times in a row (each costing "
+                                         "the round its round-timeout) is no longer sampled nor evaluated until "
+                                         "it answers a liveness probe (0 = never evicted)", ge=0)
+    probe_timeout: float = param(10.0, "seconds a liveness probe of an evicted client waits; an unanswered probe is "
+                                       "repeated after 1, 2, 4, ... rounds (at most 64)", gt=0)
     max_update_norm: float = param(1000.0, "updates with a larger norm ||theta_k - theta|| are rejected", gt=0)
     update_norm_factor: float = param(10.0, "with 3 or more updates in a round, an update whose norm exceeds "
                                             "this multiple of the round's median update norm is rejected "

@@ -63,6 +63,8 @@ class ClientRegistry:
         self.local_models: dict[int, float] = {}  # P-FL over all devices: see note_local_models
         self.backoff: dict[int, tuple[int, int]] = {}  # failed node id -> (failed attempts, first round to ask again)
         self.failures: list[Failure] = []  # registration failures not yet reported in a round's results
+        self.timeouts: dict[int, int] = {}  # cid -> consecutive exchanges it did not answer in time
+        self.evicted: dict[int, tuple[int, int]] = {}  # cid -> (unanswered probes, first round to probe it again)
         # (file stamp, node -> owned id, client id -> declared training-set size)
         self._bindings: tuple[tuple[str, int, int], dict[int, int], dict[int, int]] | None = None
 
@@ -70,9 +72,15 @@ class ClientRegistry:
     def sample(self) -> list[int]:
         """ceil(fraction-train * N) clients (at least min-train-nodes), uniformly without replacement, from
         the seeded stream ``rng``."""
-        ids = sorted(self.clients)
+        ids = self.eligible()
+        if not ids:
+            return []
         n = min(len(ids), max(self.cfg.min_train_nodes, math.ceil(self.cfg.fraction_train * len(ids))))
         return sorted(int(c) for c in self.rng.choice(ids, size=n, replace=False))
+
+    def eligible(self) -> list[int]:
+        """The registered clients that may be asked: all but the evicted (silent) ones."""
+        return sorted(c for c in self.clients if c not in self.evicted)
 
     def eval_cids(self) -> list[int]:
         """The clients a federated evaluation asks: every registered client, or with
@@ -80,7 +88,7 @@ class ClientRegistry:
         evaluation while they stay registered; independent of the training sampler's random stream).
         Flower's simulation engine costs O(N x pending messages) CPU per 0.1 s poll while an exchange with
         N clients is in flight, so evaluating all of 1000 clients costs tens of CPU seconds."""
-        ids = sorted(self.clients)
+        ids = self.eligible()
         m = self.cfg.federated_eval_clients
         if m == 0 or m >= len(ids):
             return ids
@@ -149,6 +157,7 @@ class ClientRegistry:
         is recorded in ``failures`` and asked again only after 1, 2, 4, ... rounds (at most 64), so a broken
         or hung node does not cost a registration exchange - up to round-timeout - every round.
         """
+        self._probe(grid, server_round)
         deadline = time.time() + self.cfg.round_timeout
         while True:
             bound = self._node_owners()
@@ -203,10 +212,52 @@ class ClientRegistry:
         self.clients.pop(cid, None)
 
     def forget_lost(self, res: ExchangeResult) -> None:
-        """Forget every client whose node the exchange ``res`` reports lost."""
+        """After an exchange ``res`` (every round's, each phase's): forget every client whose node it reports lost,
+        and count who did not answer in time. A reply, even a rejected one, shows the client is alive; after
+        ``evict-after-timeouts`` timeouts in a row a client is evicted: not sampled nor evaluated until it answers
+        a liveness probe (:meth:`refresh`), so a silent participant stops costing every round its round-timeout."""
+        for cid in res.replies:
+            self.timeouts.pop(cid, None)
         for f in res.failures:
             if f.kind == "node-lost":
                 self.forget(f.cid)
+            elif f.kind == "timeout" and f.cid in self.clients:
+                n = self.timeouts.get(f.cid, 0) + 1
+                self.timeouts[f.cid] = n
+                k = self.cfg.evict_after_timeouts
+                if k and n >= k and f.cid not in self.evicted:
+                    self.evicted[f.cid] = (0, 0)
+                    reason = (f"{n} exchanges in a row without a reply (each waited up to round-timeout = "
+                              f"{self.cfg.round_timeout:g} s): evicted, not sampled until it answers a liveness probe")
+                    self.failures.append(Failure(f.cid, f.phase, "evicted", reason))
+                    log.warning("client %s: %s", f.cid, reason)
+
+    def _probe(self, grid: Grid, server_round: int) -> None:
+        """Send a liveness probe (a "query", waiting ``probe-timeout``) to every evicted client that is due: one
+        that answers as itself is eligible again; one that does not is probed again after 1, 2, 4, ... rounds."""
+        due = {cid: self.clients[cid].node_id for cid, (_, nxt) in self.evicted.items()
+               if cid in self.clients and nxt <= server_round}
+        for cid in [c for c in self.evicted if c not in self.clients]:  # lost and forgotten: re-registers anew
+            self.evicted.pop(cid)
+        if not due:
+            return
+        res = exchange(grid, {cid: (node, self.query()) for cid, node in due.items()}, "query",
+                       self.cfg.probe_timeout, server_round, phase="probe", poll=self.cfg.reply_poll_interval)
+        for cid in due:
+            reply = res.replies.get(cid)
+            info = reply.content.get("info") if reply is not None else None
+            if info is not None and info_problem(info) is None and int(info["cid"]) == cid:
+                self.evicted.pop(cid)
+                self.timeouts.pop(cid, None)
+                log.info("client %s answered its liveness probe in round %s: eligible again", cid, server_round)
+                continue
+            probes = self.evicted[cid][0] + 1
+            retry = server_round + 2 ** min(probes - 1, 6)
+            self.evicted[cid] = (probes, retry)
+            why = "no answer" if reply is None else "a malformed answer"
+            self.failures.append(Failure(cid, "probe", "evicted", f"{why} to liveness probe {probes} within "
+                                         f"probe-timeout = {self.cfg.probe_timeout:g} s; probed again in round {retry}"))
+        self.forget_lost(ExchangeResult(replies={}, failures=[f for f in res.failures if f.kind == "node-lost"]))
 
     def _back_off(self, node: int, server_round: int) -> tuple[int, int]:
         """One more failed attempt of ``node``: (attempts so far, the round it is asked again)."""
@@ -285,7 +336,8 @@ class ClientRegistry:
     def state_dict(self) -> dict[str, Any]:
         """The sampler's stream and the accuracies (what a resumed run samples from)."""
         return {"rng": self.rng.bit_generator.state, "client_accuracy": dict(self.accuracy),
-                "local_model_accuracy": dict(self.local_models)}
+                "local_model_accuracy": dict(self.local_models), "timeouts": dict(self.timeouts),
+                "evicted": {c: list(v) for c, v in self.evicted.items()}}
 
     def load_state_dict(self, state: Mapping[str, Any]) -> None:
         self.rng.bit_generator.state = state["rng"]
@@ -294,3 +346,5 @@ class ClientRegistry:
             log.warning("checkpoint has no 'local_model_accuracy' table: local_accuracy_all_devices counts only "
                         "the devices trained since this resume (local_accuracy_all_devices_n says how many)")
         self.local_models = {int(k): float(v) for k, v in state.get("local_model_accuracy", {}).items()}
+        self.timeouts = {int(k): int(v) for k, v in state.get("timeouts", {}).items()}  # absent: an older checkpoint
+        self.evicted = {int(k): (int(v[0]), int(v[1])) for k, v in state.get("evicted", {}).items()}

@@ -53,7 +53,8 @@ def test_the_registry_checkpoint_resumes_the_sampling_stream_and_accuracies():
     a.sample()
     a.note_accuracy([SimpleNamespace(cid=3, metrics={"local-accuracy": 0.75}), SimpleNamespace(cid=4, metrics={})])
     state = a.state_dict()
-    assert set(state) == {"rng", "client_accuracy"} and state["client_accuracy"] == {3: 0.75}
+    assert set(state) == {"rng", "client_accuracy", "local_model_accuracy", "timeouts", "evicted"}
+    assert state["client_accuracy"] == {3: 0.75}
     b = registry(12, fraction_train=0.5, seed=7)
     b.load_state_dict(state)
     assert [b.sample() for _ in range(3)] == [a.sample() for _ in range(3)] and b.accuracy == {3: 0.75}
@@ -105,7 +106,7 @@ def test_a_strategy_binds_its_own_ledger_when_the_run_begins():
     s = FLStrategy(config())
     params = OrderedDict(w=np.zeros(2, np.float32))
     assert s.ledger is None and CLIENT_STATE not in s.train_content(1, 0, params)   # Flower's start(): none
-    assert set(s.state_dict()) == {"rng", "client_accuracy"}        # the checkpoint layout of the old base
+    assert set(s.state_dict()) == {"rng", "client_accuracy", "local_model_accuracy", "timeouts", "evicted"}
     s.begin_run()
     first = s.ledger
     assert isinstance(s.train_content(1, 0, params)[CLIENT_STATE], ConfigRecord)
