@@ -9,7 +9,9 @@ only (deploy/superlink.sh, deploy/supernode.sh), which an exec probe reaches and
 not. A SuperNode's /health says only that its Runtime API is up, so for a SuperNode the check also reads the
 poll stamp that deploy/node_guard.py writes: unhealthy when the polling loop stopped, or when no poll
 completed for ``POLL_STALE`` seconds (default 120: nodes poll every 3 s or faster and back off at most
-20 s between retries) while no message is being processed. A node whose stamp is missing is unhealthy too.
+20 s between retries) while no message is being processed, or when one message has been processed for over
+``BUSY_STALE`` seconds (default 900: longer than the ServerApp's default round-timeout of 600 s, so the server
+has stopped waiting for it: a hung or stolen task, not a slow one). A node whose stamp is missing is unhealthy.
 """
 
 from __future__ import annotations
@@ -23,7 +25,7 @@ import time
 from pathlib import Path
 
 
-def poll_state(stale_s: float, now: float | None = None) -> tuple[bool, str]:
+def poll_state(stale_s: float, now: float | None = None, busy_stale_s: float = 900.0) -> tuple[bool, str]:
     """(polling, detail) from the SuperNode's poll stamp (deploy/node_guard.py)."""
     sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
     from deploy.node_guard import read_stamp, stamp_path
@@ -38,6 +40,8 @@ def poll_state(stale_s: float, now: float | None = None) -> tuple[bool, str]:
         return False, f"polling stopped {age:.0f} s ago: {detail}"
     if state == "idle" and age > stale_s:
         return False, f"no poll of the SuperLink for {age:.0f} s (> POLL_STALE={stale_s:.0f})"
+    if state == "busy" and age > busy_stale_s:
+        return False, f"one message busy for {age:.0f} s (> BUSY_STALE={busy_stale_s:.0f}): hung or taken"
     return True, f"{state} {age:.0f} s ago"
 
 
@@ -54,7 +58,8 @@ def probe(kind: str, timeout: float = 5.0) -> tuple[bool, str]:
             conn = http.client.HTTPConnection("127.0.0.1", port, timeout=timeout)
     elif kind == "supernode":
         port = int(os.environ.get("RUNTIME_PORT", "9094"))
-        polling, why = poll_state(float(os.environ.get("POLL_STALE", "120")))
+        polling, why = poll_state(float(os.environ.get("POLL_STALE", "120")),
+                                  busy_stale_s=float(os.environ.get("BUSY_STALE", "900")))
         if not polling:
             return False, f"{kind} on port {port}: {why}"
         conn = http.client.HTTPConnection("127.0.0.1", port, timeout=timeout)

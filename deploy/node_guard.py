@@ -14,7 +14,7 @@
    reason (an error, or flwr's connection context swallowing one and returning) ``stopped <time> <why>``;
    in the second case the process then exits (code 75), so that restart policies restart it. ``deploy/healthcheck.py supernode`` reports a node unhealthy when its
    stamp says stopped or is older than ``POLL_STALE`` s while idle, so Kubernetes' liveness probe restarts
-   it and compose shows it unhealthy. Stamp file: ``POLL_STAMP`` or ``$TMPDIR/flower-supernode-<RUNTIME_PORT>.poll``.
+   it and compose shows it unhealthy. Stamp file: ``POLL_STAMP`` or ``$TMPDIR/flower-supernode-<uid>/supernode-<RUNTIME_PORT>.poll`` (a 0700 directory).
 
 Both patch named functions of the installed flwr after checking they exist; on a flwr without them the
 node refuses to start (exit 2) rather than run unguarded.
@@ -22,9 +22,12 @@ node refuses to start (exit 2) rather than run unguarded.
 
 from __future__ import annotations
 
+import contextlib
 import logging
 import os
+import stat
 import sys
+import tempfile
 import time
 from pathlib import Path
 from typing import Any, Callable
@@ -37,17 +40,61 @@ LOOP_MODULE = "flwr.supernode.start_client_internal"
 
 
 def stamp_path(environ: dict[str, str] | os._Environ = os.environ) -> Path:
-    """Where the poll stamp of the SuperNode configured by ``environ`` lives (writer and health check agree)."""
+    """Where the poll stamp of the SuperNode configured by ``environ`` lives (writer and health check agree):
+    ``POLL_STAMP``, or ``supernode-<RUNTIME_PORT>.poll`` in this user's private directory
+    ``$TMPDIR/flower-supernode-<uid>`` (0700, see :func:`private_dir`), never a predictable name in a shared
+    directory, where another local user could plant a symlink or a file of their own."""
     if environ.get("POLL_STAMP"):
         return Path(environ["POLL_STAMP"])
     port = environ.get("RUNTIME_PORT", "9094")
-    return Path(environ.get("TMPDIR", "/tmp")) / f"flower-supernode-{port}.poll"
+    return Path(environ.get("TMPDIR", "/tmp")) / f"flower-supernode-{os.getuid()}" / f"supernode-{port}.poll"
+
+
+def private_dir(path: Path) -> Path:
+    """``path`` as a directory only this user can use: created 0700 if absent; refused (ValueError naming the
+    problem) if it is a symlink or not a directory, belongs to another user, or others may write to it."""
+    try:
+        path.mkdir(mode=0o700, parents=False)
+    except FileExistsError:
+        pass
+    st = os.lstat(path)
+    if stat.S_ISLNK(st.st_mode) or not stat.S_ISDIR(st.st_mode):
+        raise ValueError(f"{path}: the node's private directory is a symlink or not a directory (planted by "
+                         "another local user?); remove it or set POLL_STAMP to a file in a directory of your own")
+    if st.st_uid != os.getuid():
+        raise ValueError(f"{path}: owned by uid {st.st_uid}, not this node's uid {os.getuid()} (created by another "
+                         "local user?); remove it or set TMPDIR / POLL_STAMP")
+    if st.st_mode & 0o022:
+        raise ValueError(f"{path}: writable by group or others (mode {stat.S_IMODE(st.st_mode):o}): another local user "
+                         "could replace the node's files; chmod 700 it or set POLL_STAMP elsewhere")
+    return path
+
+
+def stamp_dir(path: Path) -> Path:
+    """The stamp's directory, checked: the private default is created 0700 and must be ours; a POLL_STAMP
+    directory must not be writable by group or others (a sticky /tmp is refused)."""
+    parent = path.parent
+    if parent.name.startswith("flower-supernode-"):
+        return private_dir(parent)
+    st = os.stat(parent)
+    if st.st_mode & 0o022:
+        raise ValueError(f"POLL_STAMP={path}: its directory is writable by group or others (mode "
+                         f"{stat.S_IMODE(st.st_mode):o}); put the stamp in a directory only the node's user can write")
+    return parent
 
 
 def write_stamp(path: Path, state: str, detail: str = "") -> None:
-    tmp = path.with_name(path.name + ".tmp")
-    tmp.write_text(f"{state} {time.time():.3f} {detail}".strip() + "\n")
-    os.replace(tmp, path)
+    """Replace the stamp atomically: a new file of a random name (mkstemp: O_EXCL, mode 0600) renamed over it,
+    so a symlink at the stamp's path is replaced, never followed."""
+    fd, tmp = tempfile.mkstemp(prefix=".stamp-", dir=path.parent)
+    try:
+        with os.fdopen(fd, "w") as fh:
+            fh.write(f"{state} {time.time():.3f} {detail}".strip() + "\n")
+        os.replace(tmp, path)
+    except BaseException:
+        with contextlib.suppress(OSError):
+            os.unlink(tmp)
+        raise
 
 
 def read_stamp(path: Path) -> tuple[str, float, str]:
@@ -132,8 +179,9 @@ def main(argv: list[str] | None = None) -> None:
     logging.basicConfig(level=logging.INFO, format="%(levelname)s %(message)s")
     stamp = stamp_path()
     try:
+        stamp_dir(stamp)
         install(stamp)
-    except (RuntimeError, ImportError) as exc:
+    except (RuntimeError, ImportError, ValueError, OSError) as exc:
         print(f"node_guard: {exc}", file=sys.stderr)
         sys.exit(2)
     from importlib.metadata import entry_points

@@ -15,9 +15,13 @@
 #                  port could acquire this node's ClientApp tasks)
 #   MAX_WAIT       give up connecting to the SuperLink after this many seconds [retry forever]
 #   POLL_STAMP     file the node stamps at every poll, read by deploy/healthcheck.py supernode
-#                  [$TMPDIR/flower-supernode-$RUNTIME_PORT.poll]; POLL_STALE (health check) [120]
+#                  [$TMPDIR/flower-supernode-$UID/supernode-$RUNTIME_PORT.poll: a 0700 directory of this
+#                  user's, refused if another user made it]; POLL_STALE (health check) [120]; BUSY_STALE:
+#                  one message processed longer than this is unhealthy [900]
 # The ClientApp runs in this environment: runtime dependency installation stays off (flwr default).
+# umask 077: every file the node writes (its FLWR_HOME copies, client state, stamps) is private to its user.
 set -euo pipefail
+umask 077
 here="$(cd "$(dirname "$0")" && pwd)"
 superlink="${SUPERLINK:-127.0.0.1:9093}"
 runtime_port="${RUNTIME_PORT:-9094}"

@@ -185,13 +185,16 @@ def test_healthcheck_reads_the_poll_stamp(tmp_path: Path, monkeypatch: pytest.Mo
     assert poll_state(120)[0]
     ok, why = poll_state(120, now=time.time() + 121)
     assert not ok and "no poll of the SuperLink for 121 s (> POLL_STALE=120)" in why
-    write_stamp(stamp_path(), "busy")                      # a ClientApp runs: healthy however long it takes
-    assert poll_state(120, now=time.time() + 3600)[0]
+    write_stamp(stamp_path(), "busy")                      # a ClientApp runs: healthy up to BUSY_STALE
+    assert poll_state(120, now=time.time() + 600)[0]
+    ok, why = poll_state(120, now=time.time() + 3600)
+    assert not ok and "busy for 3600 s (> BUSY_STALE=900): hung or taken" in why
     write_stamp(stamp_path(), "stopped", "HTTPStatusError: 400 Bad Request")
     ok, why = poll_state(120)
     assert not ok and "polling stopped" in why and "400 Bad Request" in why
     monkeypatch.delenv("POLL_STAMP")
-    assert stamp_path({"RUNTIME_PORT": "9123", "TMPDIR": "/x"}) == Path("/x/flower-supernode-9123.poll")
+    assert stamp_path({"RUNTIME_PORT": "9123", "TMPDIR": "/x"}) == \
+        Path(f"/x/flower-supernode-{os.getuid()}/supernode-9123.poll")
 
 
 # ============================================================================ fast: identity bound to keys

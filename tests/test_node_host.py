@@ -1,0 +1,98 @@
+"""Issue 42, item 4: a local user on a node host cannot make the SuperNode overwrite a file or fail to start.
+
+The poll stamp (deploy/node_guard.py) lives in this user's private 0700 directory, never at a predictable name in
+a shared directory; it is replaced through a random-named file (mkstemp), so a symlink at its path is replaced,
+not followed; a directory planted by someone else (a symlink, another owner, group- or world-writable) is refused
+by name at start; and a message "busy" for longer than BUSY_STALE is unhealthy (deploy/healthcheck.py)."""
+
+from __future__ import annotations
+
+import os
+import stat
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import pytest
+
+from deploy import node_guard as ng
+from deploy.healthcheck import poll_state
+
+ROOT = Path(__file__).resolve().parent.parent
+
+
+def test_the_default_stamp_lives_in_a_private_directory_created_0700(tmp_path):
+    path = ng.stamp_path({"RUNTIME_PORT": "9300", "TMPDIR": str(tmp_path)})
+    assert path == tmp_path / f"flower-supernode-{os.getuid()}" / "supernode-9300.poll"
+    ng.stamp_dir(path)
+    st = os.lstat(path.parent)
+    assert stat.S_ISDIR(st.st_mode) and stat.S_IMODE(st.st_mode) == 0o700 and st.st_uid == os.getuid()
+    ng.write_stamp(path, "idle", "x")
+    assert ng.read_stamp(path)[0::2] == ("idle", "x") and stat.S_IMODE(os.stat(path).st_mode) == 0o600
+    assert sorted(p.name for p in path.parent.iterdir()) == ["supernode-9300.poll"]  # no temp file left
+
+
+def test_a_symlink_at_the_stamp_is_replaced_never_followed(tmp_path):
+    victim = tmp_path / "root-only.secret"
+    victim.write_text("secret\n")
+    victim.chmod(0o600)
+    path = ng.stamp_path({"RUNTIME_PORT": "9301", "TMPDIR": str(tmp_path)})
+    ng.stamp_dir(path)
+    path.symlink_to(victim)  # planted (in a real attack: by whoever could write the directory)
+    ng.write_stamp(path, "busy")
+    assert victim.read_text() == "secret\n" and not path.is_symlink() and ng.read_stamp(path)[0] == "busy"
+
+
+@pytest.mark.parametrize("plant", ["symlink", "file", "open-mode", "other-owner"])
+def test_a_planted_private_directory_is_refused_by_name(tmp_path, monkeypatch, plant):
+    path = ng.stamp_path({"RUNTIME_PORT": "9302", "TMPDIR": str(tmp_path)})
+    if plant == "symlink":
+        (tmp_path / "elsewhere").mkdir(mode=0o700)
+        path.parent.symlink_to(tmp_path / "elsewhere")
+        match = "is a symlink or not a directory"
+    elif plant == "file":
+        path.parent.write_text("x")
+        match = "is a symlink or not a directory"
+    elif plant == "open-mode":
+        path.parent.mkdir()
+        path.parent.chmod(0o777)
+        match = "writable by group or others \\(mode 777\\)"
+    else:  # another user made it: seen from a uid that is not the directory's owner
+        path.parent.mkdir(mode=0o700)
+        monkeypatch.setattr(ng.os, "getuid", lambda: os.lstat(path.parent).st_uid + 1)
+        match = "owned by uid"
+    with pytest.raises(ValueError, match=match):
+        ng.stamp_dir(path)
+
+
+def test_a_poll_stamp_in_a_shared_directory_is_refused(tmp_path):
+    shared = tmp_path / "shared"
+    shared.mkdir()
+    shared.chmod(0o1777)  # like /tmp
+    with pytest.raises(ValueError, match="writable by group or others"):
+        ng.stamp_dir(shared / "node.poll")
+
+
+def test_the_node_guard_exits_with_the_reason_instead_of_a_traceback(tmp_path):
+    (tmp_path / f"flower-supernode-{os.getuid()}").write_text("planted")
+    env = {**os.environ, "TMPDIR": str(tmp_path), "RUNTIME_PORT": "9303", "PYTHONPATH": str(ROOT)}
+    env.pop("POLL_STAMP", None)
+    res = subprocess.run([sys.executable, "-m", "deploy.node_guard", "--help"], env=env, capture_output=True,
+                         text=True, timeout=120, cwd=ROOT)
+    assert res.returncode == 2 and "is a symlink or not a directory" in res.stderr, res.stderr[-500:]
+
+
+def test_a_message_busy_longer_than_busy_stale_is_unhealthy(tmp_path, monkeypatch):
+    monkeypatch.setenv("POLL_STAMP", str(tmp_path / "node.poll"))
+    ng.write_stamp(tmp_path / "node.poll", "busy")
+    assert poll_state(120, now=time.time() + 100, busy_stale_s=150)[0]
+    ok, why = poll_state(120, now=time.time() + 199, busy_stale_s=150)
+    assert not ok and "busy for 199 s (> BUSY_STALE=150)" in why
+
+
+def test_supernode_sh_sets_a_private_umask():
+    text = (ROOT / "deploy" / "supernode.sh").read_text()
+    lines = [ln.strip() for ln in text.splitlines()]
+    assert "umask 077" in lines and lines.index("umask 077") < next(i for i, ln in enumerate(lines)
+                                                                    if ln.startswith("args=("))
