@@ -448,7 +448,15 @@ def _parse_overrides(text: str) -> dict[str, Any]:
     return flatten_dict(tomllib.loads("\n".join(text.split()))) if text else {}
 
 
-def main() -> None:
+def federation_from_args(ns: argparse.Namespace, workdir: Path) -> LocalFederation:
+    """The federation the command line asks for. With ``--auth`` every node's key is bound to its client id
+    (node i to partition i, NODE_BINDINGS) at registration, as production registers nodes
+    (deploy/register_node.py): a node can then claim no other id."""
+    return LocalFederation(workdir, ns.nodes, tls=ns.tls or ns.auth or ns.proxy, node_auth=ns.auth, tuned=ns.tuned,
+                           proxy=ns.proxy, poll=ns.poll, bind_clients=list(range(ns.nodes)) if ns.auth else None)
+
+
+def main(argv: list[str] | None = None) -> None:
     parser = argparse.ArgumentParser(description="Start a loopback federation, run once, stop it.")
     parser.add_argument("--nodes", type=int, default=3)
     parser.add_argument("--tls", action="store_true")
@@ -458,11 +466,10 @@ def main() -> None:
     parser.add_argument("--poll", type=float, default=0.5)
     parser.add_argument("-c", "--run-config", default="", help="run-config overrides, TOML key=value pairs")
     parser.add_argument("--workdir", default="")
-    ns = parser.parse_args()
+    ns = parser.parse_args(argv)
     workdir = Path(ns.workdir or tempfile.mkdtemp(prefix="localfed-"))
     overrides = {"out-dir": str(workdir / "out"), **_parse_overrides(ns.run_config)}
-    with LocalFederation(workdir, ns.nodes, tls=ns.tls or ns.auth or ns.proxy, node_auth=ns.auth, tuned=ns.tuned,
-                         proxy=ns.proxy, poll=ns.poll) as fed:
+    with federation_from_args(ns, workdir) as fed:
         fed.wait_connected()
         res = fed.run(overrides)
         print(res.output)

@@ -96,3 +96,18 @@ def test_supernode_sh_sets_a_private_umask():
     lines = [ln.strip() for ln in text.splitlines()]
     assert "umask 077" in lines and lines.index("umask 077") < next(i for i, ln in enumerate(lines)
                                                                     if ln.startswith("args=("))
+
+
+def test_localfed_auth_binds_every_node_key_to_its_client_id_as_production_does(tmp_path):
+    import argparse
+
+    from deploy.localfed import federation_from_args
+
+    ns = argparse.Namespace(nodes=3, tls=False, auth=True, tuned=False, proxy=True, poll=0.5)
+    fed = federation_from_args(ns, tmp_path)
+    assert fed.node_auth and fed.tls and fed.proxy and fed.bind_clients == [0, 1, 2]
+    assert fed.bindings == tmp_path.resolve() / "bindings" / "node-bindings.json"
+    assert [fed.node_config(i) for i in range(3)] == [f"partition-id={i} num-partitions=3" for i in range(3)]
+    plain = federation_from_args(argparse.Namespace(nodes=2, tls=True, auth=False, tuned=False, proxy=False,
+                                                    poll=0.5), tmp_path / "plain")
+    assert plain.bind_clients is None and plain.bindings is None
