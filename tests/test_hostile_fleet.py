@@ -705,6 +705,82 @@ def test_slow_clients_do_not_starve_control_health_or_the_nodes(fleet) -> None:
           f"attack; the proxy dropped {attack.dropped} half headers after a median {np.median(attack.held):.1f} s")
 
 
+class _SlowUploads:
+    """``n`` attacker threads, spread over ``sources``, each holding one TLS connection to the Fleet port with
+    a complete `pull-messages` header declaring ``declared`` body bytes and then one body byte every ``gap``
+    seconds (under client_body_timeout, which bounds only the gap between reads), reconnecting when dropped,
+    until :meth:`stop`."""
+
+    HEADER = ("POST /v1/fleet/pull-messages HTTP/1.1\r\nHost: localhost\r\nContent-Type: application/protobuf\r\n"
+              "Content-Length: {n}\r\n\r\n")
+
+    def __init__(self, port: int, ca: Path, n: int, sources: list[str], declared: int, gap: float = 8.0) -> None:
+        self.port, self.declared, self.gap = port, declared, gap
+        self.ctx = ssl.create_default_context(cafile=str(ca))
+        self.stopped = threading.Event()
+        self.lock = threading.Lock()
+        self.open = self.peak = self.opened = 0
+        self.threads = [threading.Thread(target=self._hold, args=(sources[i % len(sources)],), daemon=True)
+                        for i in range(n)]
+        for t in self.threads:
+            t.start()
+
+    def _hold(self, source: str) -> None:
+        while not self.stopped.is_set():
+            try:
+                raw = socket.create_connection(("127.0.0.1", self.port), timeout=10, source_address=(source, 0))
+                conn = self.ctx.wrap_socket(raw, server_hostname="localhost")
+                conn.sendall(self.HEADER.format(n=self.declared).encode())
+            except OSError:
+                time.sleep(0.2)
+                continue
+            with self.lock:
+                self.open += 1
+                self.opened += 1
+                self.peak = max(self.peak, self.open)
+            try:
+                while not self.stopped.wait(self.gap):
+                    conn.sendall(b"\0")
+            except OSError:
+                pass
+            with self.lock:
+                self.open -= 1
+            conn.close()
+
+    def stop(self) -> None:
+        self.stopped.set()
+        for t in self.threads:
+            t.join(30)
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("sources", [["127.0.0.2"], ["127.0.0.2", "127.0.0.3", "127.0.0.4", "127.0.0.5"]],
+                         ids=["one-address", "four-addresses"])
+def test_slow_uploads_hold_no_upstream_slot_and_every_node_trains(fleet, sources) -> None:
+    """28 slow uploads (a full header declaring a body at the Fleet limit, then one byte every 8 s) from one
+    address and from four, held while a round trains: the proxy reads bodies whole before they go upstream, so
+    the attack holds none of the FLEET_UPSTREAM_CONNS (24) slots to the SuperLink and every node trains (with
+    streamed bodies, issue 42 measured 51 of 54 node requests answered 502 and no round finished)."""
+    fed, tmp, limits = fleet
+    declared = int(limits.nginx()["FLEET_MAX_BODY"].rstrip("k")) * 1024
+    attack = _SlowUploads(fed.fleet_port, fed.certs / "ca.crt", 28, sources, declared)
+    try:
+        t0 = time.time()
+        while attack.peak < 28 and time.time() < t0 + 10:
+            time.sleep(0.1)
+        held_at_start = attack.open
+        doc = _train_round(fed, tmp, f"under-slow-uploads-{len(sources)}")
+        held_at_end = attack.open
+    finally:
+        attack.stop()
+    assert held_at_start == 28 and held_at_end >= 24, (held_at_start, held_at_end, attack.opened)
+    row = doc["rounds"][0]
+    assert row["num_updates"] == NODES and row["num_failures"] == 0, row["failures"]
+    FIGURES[f"slow_uploads_{len(sources)}_addresses"] = {"connections": 28, "held_at_start": held_at_start,
+                                                        "held_at_end": held_at_end, "opened": attack.opened,
+                                                        "round_s": round(row["wall_time_s"], 1)}
+
+
 @pytest.mark.slow
 def test_identity_theft_and_a_second_use_of_a_key_are_refused_and_the_owners_train(fleet) -> None:
     """Node 3 (a registered key, bound to client 3) claims partition 0 while client 0's owner is online; a
