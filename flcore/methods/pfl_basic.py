@@ -62,7 +62,7 @@ def last_layers(names: Sequence[str], k: int) -> list[str]:
 @dataclass(frozen=True)
 class DittoConfig(Section):
     NAME = "ditto"
-    lam: float = param(1.0, "lambda of h_k(v; w) = F_k(v) + lambda/2 ||v - w^t||^2 (Ditto Eq. 2, Alg. 1 line 8); "
+    lam: float = param(1.0, "lambda of h_k(v; w) = F_k(v) + lambda/2 ||v - w^t||^2 (Ditto Sec. 3.1, the Ditto objective; Alg. 1); "
                             "1: the authors' scripts (run_fashion_clean_ditto_lam1.sh --lam=1); 0: v_k is local "
                             "training", ge=0)
     v_init: str = param("initial", "v_k before the client's first participation: initial = the initial model w^0 "
@@ -108,20 +108,22 @@ class FedRoDConfig(Section):
 SPLIT = "strategies.methods.pfl_basic"
 TRAINERS = "client_app.trainers.pfl_basic"
 METHODS = [
-    MethodDecl("local", "every client trains alone (the P-FL floor of Ditto / FedBABU / FedRANE's tables)",
+    MethodDecl("local", "no paper: the P-FL floor (FedBABU authors' main_local.py)",
                f"{SPLIT}:LocalStrategy", f"{TRAINERS}.split:LocalTrainer",
                payload=Payload(state=(STATE_LOCAL,)),
-               description="no aggregation: each client's own model; the server's model stays at its init"),
+               description="every client trains its own model alone, never averaged; the server's model stays at its init"),
     MethodDecl("ditto", "Li et al., ICML 2021 (Ditto)", FEDAVG_STRATEGY, f"{TRAINERS}.ditto:DittoTrainer",
                config=DittoConfig, payload=Payload(state=(STATE_DITTO_V,)),
-               description="FedAvg's global model + a personal v_k pulled towards it by lambda/2 ||v - w||^2"),
+               description="Ditto (Li et al., ICML 2021): FedAvg's global model + a personal v_k pulled towards it by "
+                           "lambda/2 ||v - w||^2"),
     MethodDecl("fedper", "Arivazhagan et al., arXiv 2019 (FedPer)", f"{SPLIT}:FedPerStrategy",
                f"{TRAINERS}.split:FedPerTrainer", config=FedPerConfig, payload=Payload(state=(STATE_FEDPER,)),
-               description="shared base layers, personal last K_P layers"),
+               description="FedPer (Arivazhagan et al., 2019): shared base layers, personal last K_P layers"),
     MethodDecl("fedbabu", "Oh et al., ICLR 2022 (FedBABU)", f"{SPLIT}:FedBABUStrategy",
                f"{TRAINERS}.fedbabu:FedBABUTrainer", config=FedBABUConfig,
-               description="body only: head frozen at its init, fine-tuned for P-FL"),
+               description="FedBABU (Oh et al., ICLR 2022): body only, head frozen at its init; fine-tuned for P-FL"),
     MethodDecl("fedrod", "Chen & Chao, ICLR 2022 (Fed-RoD)", FEDAVG_STRATEGY, f"{TRAINERS}.fedrod:FedRoDTrainer",
                config=FedRoDConfig, payload=Payload(state=(STATE_FEDROD_HEAD,)),
-               description="balanced-softmax generic model + personal head on top of the generic logits"),
+               description="Fed-RoD (Chen & Chao, ICLR 2022): balanced-softmax generic model + personal head on top "
+                           "of the generic logits"),
 ]

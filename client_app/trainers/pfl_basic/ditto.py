@@ -1,9 +1,9 @@
 """Ditto (Li et al., ICML 2021), client side (paper Alg. 1).
 
 A sampled client k with the round's global model w^t
-    1. updates the global model by the local solver of FedAvg (Alg. 1 line 5): the base trainer's local SGD
+    1. updates the global model by the local solver of FedAvg (Alg. 1): the base trainer's local SGD
        on F_k; the server averages these (FedAvg);
-    2. updates its personal model v_k (Alg. 1 lines 7-8) by the same number of local SGD steps on
+    2. updates its personal model v_k (Alg. 1) by the same number of local SGD steps on
            h_k(v; w^t) = F_k(v) + lambda/2 ||v - w^t||^2,   v <- v - eta (grad F_k(v) + lambda (v - w^t)),
        w^t the model received this round (authors' trainers_MTL/ditto.py Server.train: eff_grad = grads +
        lam * (local_model - global_model), global_model the round's).
@@ -30,7 +30,7 @@ from models import build_model
 
 
 def ditto_prox(lam: float):
-    """lambda/2 sum_j ||v_j - w_j||^2 over the (v_j, w_j) pairs: its gradient is lambda (v - w^t) (Eq. 2)."""
+    """lambda/2 sum_j ||v_j - w_j||^2 over the (v_j, w_j) pairs: its gradient is lambda (v - w^t) (Ditto Sec. 3.1 objective)."""
     def penalty(pairs: list[tuple[torch.Tensor, ...]]) -> torch.Tensor:
         return 0.5 * lam * sum(((v - w) ** 2).sum() for v, w in pairs)
     return penalty
