@@ -126,3 +126,13 @@ def test_declaration_and_bounds():
         make_cfg(method="ditto", lam=math.inf)
     with pytest.raises(ConfigError, match=bound_error("ditto.v-init", "zero", "one of initial, received")):
         make_cfg(method="ditto", v_init="zero")
+
+
+def test_building_w0_leaves_the_global_rng_as_it_was():
+    cfg = make_cfg(method="ditto", **ONE_STEP)
+    trainer = DittoTrainer(make_job(cfg, 0, 1, perturbed(initial_params(cfg)), make_data(0), RecordDict()))
+    before = torch.get_rng_state()
+    v = trainer.initial_v()
+    assert torch.equal(torch.get_rng_state(), before)
+    for k, value in initial_params(cfg).items():   # v_0 = w^0, not the received model
+        np.testing.assert_array_equal(v.state_dict()[k].numpy(), value)

@@ -1,6 +1,7 @@
 """FedPer (Arivazhagan et al. 2019; flcore/methods/pfl_basic.py): which entries are personal (the last K_P
 layers), the server's average over the base layers only (by hand), the personal layers staying on the client
-across rounds (never sent, never averaged), and every layer shared being FedAvg bit for bit."""
+across rounds (never sent, never averaged), every layer shared being FedAvg and every layer personal being
+`local`, both bit for bit."""
 
 from __future__ import annotations
 
@@ -93,3 +94,9 @@ def test_declaration_and_bounds():
     assert make_cfg(method="fedper").to_dict()["fedper.personal-layers"] == 1
     with pytest.raises(ConfigError, match=bound_error("fedper.personal-layers", -1, ">= 0")):
         make_cfg(method="fedper", personal_layers=-1)
+
+
+def test_every_layer_personal_is_local_bit_for_bit(tmp_path):
+    every, _ = job(tmp_path, "every", method="fedper", **{"fedper.personal-layers": 99})
+    local, _ = job(tmp_path, "local", method="local")
+    assert every.digest == local.digest
