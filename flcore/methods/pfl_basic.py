@@ -90,7 +90,9 @@ class FedBABUConfig(Section):
                                     "(FedBABU Sec. 4 fine-tuning; authors' analysis.ipynb personalization_epoch = "
                                     "5); 0: the broadcast model as is", ge=0)
     finetune_part: str = param("full", "what the fine-tuning updates: full = body and head (authors' "
-                                       "analysis.ipynb: one SGD over body_params and head_params), head, body",
+                                       "analysis.ipynb, the evaluation of the paper's tables: one SGD over "
+                                       "body_params and head_params), head (the abstract's 'the head is "
+                                       "fine-tuned'), body",
                                choices=("full", "head", "body"))
     finetune_lr: float = param(1e-3, "step size of the fine-tuning (authors' analysis.ipynb lr = 1e-3)", gt=0)
     finetune_momentum: float = param(0.9, "heavy-ball momentum of the fine-tuning (authors' analysis.ipynb "
