@@ -64,6 +64,7 @@ PER_JOB: dict[str, dict[str, Any]] = {
     "scaffold-etf-head": {"method": "scaffold", "head": "etf"},
     "scaffold-option-i": {"method": "scaffold", "scaffold.option": "I"},
     "fednova": {"max-local-steps": 0},  # unequal local step counts, else FedNova is FedAvg
+    "ditto": {"max-local-steps": 0},  # Ditto's global model is FedAvg's by design (its v_k is P-FL only): whole epochs
     # our own partitioners, kept where flwr-datasets has no equivalent (data_partitioning/flower.py): their
     # digests do not move when iid / dirichlet / shards go through flwr-datasets (issue 33)
     "fedavg-classes": {"method": "fedavg", "partition": "classes", "classes-per-client": 2, "samples-per-class": 20},

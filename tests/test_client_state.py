@@ -126,7 +126,8 @@ def every_round_checkpoint(monkeypatch):
 
 def test_the_methods_killed_here_include_every_one_with_client_state():
     assert {"scaffold", "moon", "feddyn", "fedufo", "fedbr", "fedbc", "fedbc-finetune", "per-fedbc"} <= set(METHODS)
-    assert {m for m in METHODS if get_method(m).payload.state} == {"scaffold", "moon", "feddyn", "fedufo", "fedbr"}
+    assert {m for m in METHODS if get_method(m).payload.state} == {"scaffold", "moon", "feddyn", "fedufo", "fedbr",
+                                                                   "local", "ditto", "fedper", "fedrod"}
 
 
 def kill_and_resume(tmp_path: Path, method: str, kill: tuple, **over) -> tuple[Path, Path, dict]:
