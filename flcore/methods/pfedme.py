@@ -5,7 +5,7 @@ model; the server moves the global model part of the way (beta) to the average o
 Bi-level problem (paper Eq. 2-3): min_w (1/N) sum_i F_i(w),  F_i(w) = min_theta f_i(theta) + lambda/2
 ||theta - w||^2 (the Moreau envelope; theta_i(w) its minimiser). Client i, local rounds r = 0 .. R-1, each on a
 minibatch D_r (paper Alg. 1, authors' code FLAlgorithms/users/userpFedMe.py: UserpFedMe.train):
-    K steps  theta <- theta - eta_p (grad f_i(theta; D_r) + lambda (theta - w_r) [+ mu theta])   (approximate theta_i(w_r))
+    K steps  theta <- theta - eta_p (grad f_i(theta; D_r) + lambda (theta - w_r) [+ mu theta])  (~ theta_i(w_r))
              w_{r+1} = w_r - eta lambda (w_r - theta)                                           (paper Eq. 8)
 then it sends w_R. Server (paper Alg. 1, serverbase.py: persionalized_aggregate_parameters):
     x_{t+1} = (1 - beta) x_t + beta sum_{i in S_t} p_i w_{i,R},   p_i = n_i / sum_{j in S_t} n_j
@@ -35,11 +35,13 @@ STATE_THETA = "pfedme-theta"   # client state: this client's personalized model 
 class PFedMeConfig(Section):
     NAME = "pfedme"
     lamda: float = param(15.0, "lambda of the Moreau envelope f_i(theta) + lambda/2 ||theta - w||^2 (paper Eq. 3); "
-                               "15: the authors' main.py --lamda default and the paper's MNIST setting", gt=0)
+                               "15: the authors' main.py --lamda default, the value of their README's MNIST "
+                               "commands", gt=0)
     k_steps: int = param(5, "K, gradient steps approximating theta_i(w) per local round (paper Alg. 1); 5: the "
                             "authors' main.py --K default", ge=1)
     personal_lr: float = param(0.09, "eta_p, step size of the K inner steps on theta (paper Alg. 1); 0.09: the "
-                                     "authors' main.py --personal_learning_rate default", gt=0)
+                                     "authors' main.py --personal_learning_rate default and README's MNIST DNN "
+                                     "command (0.1 for their convex MCLR)", gt=0)
     beta: float = param(1.0, "beta of the server's x <- (1 - beta) x + beta mean(w_i) (paper Alg. 1); 1: the authors' "
                              "main.py --beta default (FedAvg's aggregation)", gt=0)
     theta_init: str = param("global", "where theta starts each round: global = the received model (the authors' "

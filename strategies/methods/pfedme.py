@@ -15,7 +15,8 @@ from strategies.aggregation import apply_update, deltas, weighted_average
 from strategies.base import ClientUpdate, FLStrategy, Params
 
 
-def beta_mix(x: Mapping[str, np.ndarray], mean: Mapping[str, np.ndarray], beta: float) -> "OrderedDict[str, np.ndarray]":
+def beta_mix(x: Mapping[str, np.ndarray], mean: Mapping[str, np.ndarray],
+             beta: float) -> "OrderedDict[str, np.ndarray]":
     """(1 - beta) x + beta mean = x + beta (mean - x) per tensor; ``mean`` itself when beta = 1."""
     if beta == 1.0:
         return OrderedDict(mean)
