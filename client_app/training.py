@@ -105,6 +105,33 @@ def default_forward(model: nn.Module, x: torch.Tensor, y: torch.Tensor) -> tuple
     return model.forward_features(x)
 
 
+def restricted_softmax_scale(class_counts: Sequence[int], alpha: float, form: str = "paper") -> torch.Tensor | None:
+    """FedRS's per-class logit scales s_c of one client (Li & Zhan, KDD 2021, Sec. 4 "restricted softmax"):
+    form "paper": s_c = 1 for a class the client holds (n_c > 0), alpha for a missing one; form "code":
+    s_c = alpha + (1 - alpha) n_c / max_j n_j (the authors' FedRepo algorithms/fedrs.py, FedRS.update_local).
+    None when alpha = 1 (every s_c = 1: the plain softmax) or the client holds no sample."""
+    if not 0.0 <= alpha <= 1.0:
+        raise ValueError(f"restricted-softmax-alpha must be in [0, 1], got {alpha}")
+    if form not in ("paper", "code"):
+        raise ValueError(f"restricted-softmax-form must be 'paper' or 'code', got {form!r}")
+    counts = torch.as_tensor(list(class_counts), dtype=torch.float32)
+    if alpha == 1.0 or counts.numel() == 0 or float(counts.max()) <= 0:
+        return None
+    if form == "paper":
+        return torch.where(counts > 0, torch.ones_like(counts), torch.full_like(counts, alpha))
+    return alpha + (1.0 - alpha) * counts / counts.max()
+
+
+def restricted_forward(forward: Forward, scale: torch.Tensor) -> Forward:
+    """``forward`` with its logits multiplied class-wise by ``scale`` (the restricted softmax's o_c = s_c o_c,
+    FedRS Sec. 4): the training criterion and every loss term then see the restricted logits; the features
+    are unchanged, and evaluation (which calls the model, not a trainer's forward) keeps the plain softmax."""
+    def scaled(model: nn.Module, x: torch.Tensor, y: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+        logits, feats = forward(model, x, y)
+        return logits * scale.to(device=logits.device, dtype=logits.dtype), feats
+    return scaled
+
+
 def make_optimizer(params, cfg: OptimConfig) -> torch.optim.Optimizer:
     return torch.optim.SGD(params, lr=cfg.lr, momentum=cfg.momentum, weight_decay=cfg.weight_decay)
 

@@ -88,6 +88,16 @@ class CommonConfig(Section):
                       choices=HEADS)
     etf_scale: float = param(1.0, "scale beta of the fixed ETF classifier, W = beta W* (neural-collapse FL Sec. 5.1: "
                                   "'the default setting of ETF is 1.0'; Table 5 tries 0.5, 1.0, 1.5)", gt=0)
+    restricted_softmax_alpha: float = param(1.0, "FedRS's restricted softmax (Li & Zhan, KDD 2021), composing with "
+                                                 "any method: local training scales the logit of each class this "
+                                                 "client lacks by alpha before the softmax (1 = off, plain "
+                                                 "softmax; method fedrs sets 0.5)", ge=0, le=1)
+    restricted_softmax_form: str = param("paper", "which classes the restriction scales: paper = 1 for every "
+                                                  "class the client holds, alpha for the missing ones (FedRS "
+                                                  "Sec. 4); code = alpha + (1 - alpha) n_c / max_j n_j from the "
+                                                  "client's class counts (the authors' FedRepo "
+                                                  "algorithms/fedrs.py: FedRS.update_local)",
+                                         choices=("paper", "code"))
     # --- local training
     local_epochs: int = param(1, "local epochs E", ge=1)
     batch_size: int = param(32, "local minibatch size B", ge=1)

@@ -160,6 +160,26 @@ BC_BASELINES = [
      {"lr": BASELINE_TUNING + "lr 0.1 for SCAFFOLD",
       "scaffold.option": "the paper does not say; option II, the SCAFFOLD paper's cheaper choice",
       "scaffold.server-lr": "the paper does not say; eta_g = 1, plain averaging of the client steps"}),
+    # the personalized baselines of Tables 1-3 (issue 41): App. E.2's settings, the digits from the authors' code
+    ("perfedavg", {"lr": 0.01, "perfedavg.alpha": 0.01, "perfedavg.variant": "fo", "momentum": 0.0},
+     {"lr": "App. E.2 takes the outer step size beta 'as in (Fallah et al., 2020)', digits lost; the authors' "
+            "synthetic_jobs.sh runs Per-FedAvg with utils/options.py --outer_lr 0.01",
+      "perfedavg.alpha": "App. E.2 takes the inner step size alpha 'as in (Fallah et al., 2020)', digits lost; "
+                         "the authors' utils/options.py --inner_lr 0.01 (also their one-step evaluation's)",
+      "perfedavg.variant": "the paper does not say; the authors' models/Update.py: LocalUpdate.train_MAML is "
+                           "first order (no Hessian term)",
+      "momentum": "the authors' MySGD (models/Update.py) takes a momentum but never applies it: plain steps"}),
+    ("pfedme", {"pfedme.lamda": 1.0, "pfedme.k-steps": 5, "pfedme.personal-lr": 0.01, "pfedme.beta": 1.0,
+                "momentum": 0.0, "weight-decay": 0.001},
+     {"pfedme.lamda": "App. E.2 tunes lambda on a grid whose digits are lost; the authors' synthetic_jobs.sh "
+                      "runs pFedMe with --personal_lamda 1.0",
+      "pfedme.k-steps": "the paper does not say; the authors' synthetic_jobs.sh --K 5",
+      "pfedme.personal-lr": "the paper does not say; the authors' synthetic_jobs.sh --personal_lr 0.01",
+      "pfedme.beta": "the paper does not say; the authors' main_fed.py averages the local models (FedAvg_sample: "
+                     "beta = 1)",
+      "weight-decay": "the paper states none; the authors' models/Optimizers.py pFedMeOptimizer keeps its mu = "
+                      "0.001 on theta (our weight-decay on theta)",
+      "momentum": "pFedMe's steps are plain (the authors' models/Optimizers.py pFedMeOptimizer has no momentum)"}),
 ]
 
 

@@ -69,6 +69,12 @@ PER_JOB: dict[str, dict[str, Any]] = {
     # digests do not move when iid / dirichlet / shards go through flwr-datasets (issue 33)
     "fedavg-classes": {"method": "fedavg", "partition": "classes", "classes-per-client": 2, "samples-per-class": 20},
     "fedavg-power-law": {"method": "fedavg", "partition": "power-law"},
+    # pFedMe and Per-FedAvg take plain gradient steps (their check_run refuses COMMON's momentum 0.5)
+    "pfedme": {"momentum": 0.0},
+    "perfedavg": {"momentum": 0.0},
+    "perfedavg-hf": {"method": "perfedavg", "momentum": 0.0, "perfedavg.variant": "hf"},
+    # FedRS's restriction composed with SCAFFOLD (the neural-collapse paper's SCAFFOLD/RS row)
+    "scaffold-rs": {"method": "scaffold", "restricted-softmax-alpha": 0.5},
 }
 # per-round metrics that enter the digest next to the final parameters (P-FL and fairness included, so a
 # change in evaluation or personalisation, e.g. FedBC-FineTune's fine-tuning, is caught too)

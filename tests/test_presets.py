@@ -43,7 +43,9 @@ KNOBS = {"fedrane": {"fedrane.lra-tau", "fedrane.lra-lambda-g", "fedrane.lra-lam
                    "fedbr.pseudo-refresh", "fedbr.weighting"},
          "fedetf": {"fedetf.alpha", "fedetf.warmup-fraction", "fedetf.gmv-weighting", "fedetf.aggregation", "head",
                     "etf-scale"},
-         "fedprox": {"fedprox.mu"}, "qfedavg": {"qfedavg.q"}, "scaffold": {"scaffold.option", "scaffold.server-lr"}}
+         "fedprox": {"fedprox.mu"}, "qfedavg": {"qfedavg.q"}, "scaffold": {"scaffold.option", "scaffold.server-lr"},
+         "perfedavg": {"perfedavg.alpha", "perfedavg.variant"},
+         "pfedme": {"pfedme.lamda", "pfedme.k-steps", "pfedme.personal-lr", "pfedme.beta"}}
 
 
 def family(name: str) -> str:

@@ -22,7 +22,7 @@ from flwr.app import ArrayRecord, ConfigRecord, MetricRecord
 
 from client_app.state import ClientState
 from client_app.training import (LossTerm, OptimConfig, TrainStats, default_forward, evaluate,
-                                 local_train)
+                                 local_train, restricted_forward, restricted_softmax_scale)
 from flcore.config import RunConfig
 from flcore.records import model_views
 from models.base import FLModel
@@ -75,6 +75,13 @@ class Trainer:
     def __init__(self, job: TrainJob) -> None:
         self.job = job
         self.cfg = job.cfg
+        # FedRS's restricted softmax, a common key composing with any method (restricted-softmax-alpha < 1):
+        # every training forward of this trainer (its own, a subclass's) returns the class-scaled logits
+        scale = (restricted_softmax_scale(job.data.class_counts(), job.cfg.restricted_softmax_alpha,
+                                          job.cfg.restricted_softmax_form)
+                 if job.cfg.restricted_softmax_alpha < 1.0 else None)
+        if scale is not None:
+            self.forward = restricted_forward(self.forward, scale.to(job.device))  # type: ignore[method-assign]
 
     # --- hooks -----------------------------------------------------------------------------------
     def terms(self) -> list[LossTerm]:
