@@ -17,7 +17,7 @@ abstract; the authors (Google Research) published no code. The concrete form and
 ``train_lab.py``'s grid), the repository of the FedRS authors whose baseline list (FedMMD, FedAwS, FedRS,
 SCAFFOLD/RS, FedNova, FedOpt, MOON, FedDyn) is seed 004's Table 1 row for row, so the likely code of that table:
 d = (1 - cos(w_c, w_c')) / 2 on the L2-normalised rows, the hinge squared and *averaged* over the C x C matrix
-(the diagonal's zeros included), SGD with momentum 0.9 restarted every round, lr 0.1, 30 steps, margin 0.8
+(the diagonal counted as 0; FedRepo's hinge also fires on the diagonal, a constant nu^2 / C without gradient), SGD with momentum 0.9 restarted every round, lr 0.1, 30 steps, margin 0.8
 (the first value of each of train_lab.py's grid lists). ``fedaws.distance = 'euclidean'`` offers the squared
 Euclidean distance on the raw rows, and ``fedaws.reduction = 'sum'`` the sum over ordered pairs as written above.
 """

@@ -11,7 +11,7 @@ One lam per minibatch, the partner taken inside the same minibatch (the authors'
 pairs as drawn from the training data). ``mixup.alpha = 0`` is the code's own "no mixup" switch (lam = 1):
 here it skips the mix entirely, so the run is FedAvg bit for bit (no random draw is made either).
 
-Neither FedBR's paper nor its text states FedBR's alpha; 1.0 is the paper's CIFAR-10 value (Sec. 3.2) and the
+FedBR's paper does not state the alpha of its 'FedAvg + Mixup' row; 1.0 is the paper's CIFAR-10 value (Sec. 3.2) and the
 authors' code default (train.py --alpha).
 """
 
