@@ -1,6 +1,7 @@
 """FedMix / NaiveMix (issue 41; Yoon et al., ICLR 2021): the shared means and both losses on hand-computed values,
-FedMix as the first-order approximation of mixup (error O(lam^2)), the server's relay (means asked once, pooled,
-checked, checkpointed), lam = 0 being FedAvg bit for bit, and both learning on digits Dirichlet(0.1)."""
+FedMix as the first-order approximation of mixup (error O(lam^2)), the server's relay (every client asked once,
+before round 1, in its own exchange; pooled, checked, checkpointed), lam = 0 being FedAvg bit for bit, and both
+learning on digits Dirichlet(0.1)."""
 
 import math
 
@@ -10,10 +11,9 @@ import torch
 import torch.nn.functional as F
 
 from client_app.trainers.fedmix import client_means, fedmix_loss, naivemix_loss, pool_from_record, soft_cross_entropy
-from flcore.config import ConfigError, resolve_run_config
-from flcore.methods.fedmix import GLOBAL, MEANS, POOL_SIZE, SEND_MEANS
+from flcore.config import ConfigError, RunConfig, resolve_run_config
+from flcore.methods.fedmix import GLOBAL, MEANS, MEANS_ACTION, POOL_SIZE
 from flcore.records import params_to_record, record_to_params
-from strategies.base import ClientUpdate
 from strategies.methods.fedmix import FedMixStrategy, checked_means
 from tests._baselines_util import bound_error, make_cfg
 from tests._learning_digits import best_accuracy, run_digits
@@ -83,19 +83,13 @@ def test_fedmix_is_the_first_order_approximation_of_mixup():
     assert e1 < 1e-2 and 3.0 < e1 / e2 < 5.0        # halving lam quarters the error: second order
 
 
-def _update(cid, params, records):
-    return ClientUpdate(cid=cid, params=params, num_examples=10, metrics={}, records=records)
-
-
-def test_the_server_asks_once_pools_checks_and_checkpoints():
+def test_the_pool_is_relayed_in_client_order_checked_and_checkpointed():
     strat = FedMixStrategy(make_cfg(method="fedmix"))
-    assert strat.client_config(1, 0) == {SEND_MEANS: 1} and strat.client_records(1, 0) == {}
-    params = {"w": np.zeros(2, np.float32)}
+    assert strat.client_records(1, 0) == {}                       # no means yet: nothing to relay
     means = {1: (np.ones((1, 6), np.float32), np.array([[0.5, 0.5, 0.0]], np.float32)),
              0: (np.zeros((2, 6), np.float32), np.array([[1.0, 0.0, 0.0], [0.0, 0.0, 1.0]], np.float32))}
-    ups = [_update(c, params, {MEANS: params_to_record({"x": x, "y": y})}) for c, (x, y) in means.items()]
-    strat.aggregate(1, params, ups)
-    assert strat.client_config(2, 0) == {SEND_MEANS: 0} and strat.client_config(2, 5) == {SEND_MEANS: 1}
+    for cid, (x, y) in means.items():
+        strat.means[cid] = checked_means(cid, params_to_record({"x": x, "y": y}))
     pool = record_to_params(strat.client_records(2, 5)[GLOBAL])
     np.testing.assert_array_equal(pool["x"], np.concatenate([means[0][0], means[1][0]]))   # client-id order
     assert strat.round_metrics() == {POOL_SIZE: 3}
@@ -109,6 +103,28 @@ def test_the_server_asks_once_pools_checks_and_checkpoints():
     bad = params_to_record({"x": np.ones((1, 6), np.float32), "y": np.array([[0.7, 0.7, 0.0]], np.float32)})
     with pytest.raises(ValueError, match="client 3: record 'fedmix-means' .* not distributions"):
         checked_means(3, bad)
+
+
+def test_every_client_is_asked_once_before_round_one_and_round_one_mixes(tmp_path):
+    """The real round driver and ClientApp (4 nodes, half of them sampled per round): before round 1 all four
+    registered clients get a ``train.means`` request (not only the sampled two) and nobody is asked again; every
+    train message carries the pool of 4 means (one per client, mean-size 0)."""
+    from server_app.runner import run_federation
+    from tests.test_method_contract import RecordingGrid
+
+    values = resolve_run_config({**COMMON, "method": "fedmix", "num-server-rounds": 2, "fraction-train": 0.5})
+    values["out-dir"] = str(tmp_path / "run")
+    grid = RecordingGrid(4)
+    doc = run_federation(grid, RunConfig.from_dict(values))
+    kinds = [msg.metadata.message_type for msg in grid.sent]
+    assert kinds.count(MEANS_ACTION) == 4
+    assert kinds.index(MEANS_ACTION) < kinds.index("train") and kinds.count("train") == 4   # 2 rounds x 2
+    assert [r["strategy"][POOL_SIZE] for r in doc["rounds"]] == [4, 4]
+    for msg in grid.sent:
+        if msg.metadata.message_type == "train":
+            assert record_to_params(msg.content[GLOBAL])["x"].shape == (4, 1, 8, 8)
+    replies = [r for kind, r in grid.replies if kind == MEANS_ACTION]
+    assert len(replies) == 4 and all(MEANS in r.content for r in replies)
 
 
 def test_defaults_and_bounds():
@@ -125,7 +141,7 @@ def test_lam_zero_is_fedavg_bit_for_bit_and_the_mix_moves_the_model(tmp_path):
         return run_job(values, tmp_path / name)
 
     fedavg = run("fedavg", method="fedavg")
-    zero = run("zero", method="fedmix", **{"fedmix.lam": 0.0})
+    zero = run("zero", method="fedmix", **{"fedmix.lam": 0.0})   # the means still travel, nobody mixes
     for loss in ("fedmix", "naivemix"):
         mixed = run(loss, method="fedmix", **{"fedmix.loss": loss})
         assert mixed.digest.split(":")[0] != fedavg.digest.split(":")[0]
@@ -136,8 +152,8 @@ def test_lam_zero_is_fedavg_bit_for_bit_and_the_mix_moves_the_model(tmp_path):
 @pytest.mark.slow
 def test_fedmix_and_naivemix_learn_on_digits_dirichlet_01_beside_fedavg(tmp_path):
     """digits, Dirichlet(0.1), 8 clients, 12 rounds (tests/_learning_digits.py; ~40 s, the double backward):
-    measured 2026-12-01 FedAvg 0.836, FedMix (lam 0.05) 0.794, NaiveMix (lam 0.1) 0.808 best G-FL accuracy: each
-    must learn (> 0.7) within 0.1 of FedAvg (round 1 has no pool yet: see flcore/methods/fedmix.py)."""
+    measured 2026-12-01 FedAvg 0.836, FedMix (lam 0.05) 0.797, NaiveMix (lam 0.1) 0.808 best G-FL accuracy: each
+    must learn (> 0.7) within 0.1 of FedAvg."""
     fedavg = best_accuracy(run_digits(tmp_path / "fedavg", method="fedavg"))
     fedmix = best_accuracy(run_digits(tmp_path / "fedmix", method="fedmix"))
     naive = best_accuracy(run_digits(tmp_path / "naive", method="fedmix",

@@ -5,8 +5,9 @@ each minibatch mixed with one pooled mean (x_bar, y_bar) drawn from the server's
     fedmix:    L = (1 - lam) CE(f(u), y) + lam CE(f(u), y_bar) + lam mean_i <d CE(f(u_i), y_i)/d u_i, x_bar>,
                u = (1 - lam) x
 
-A client the server asks for its means (config ``fedmix-send-means``) computes them (:func:`client_means`) and
-returns them with its update. Without a pool (round 1) or with lam = 0 it trains as FedAvg.
+On the server's means request (message type ``train.means``, before a round's training) a client computes its
+means (:func:`client_means`) and returns them with the received model, untrained. With lam = 0, or without a
+pool in the message, it trains as FedAvg.
 """
 
 from __future__ import annotations
@@ -19,9 +20,9 @@ import torch.nn.functional as F
 from flwr.app import ArrayRecord
 from torch import nn
 
-from client_app.trainers.base import Trainer
-from client_app.training import TrainStats, default_forward, local_train
-from flcore.methods.fedmix import GLOBAL, MEANS, SEND_MEANS, FedMixConfig
+from client_app.trainers.base import TrainReply, Trainer
+from client_app.training import TrainStats, default_forward, evaluate, local_train
+from flcore.methods.fedmix import GLOBAL, MEANS, MEANS_ACTION, FedMixConfig
 from flcore.records import params_to_record, record_to_params
 
 
@@ -120,10 +121,19 @@ class FedMixTrainer(Trainer):
         return local_train(self.job.model, d.x_train, d.y_train, self.optim_config(), self.terms(),
                            generator=self.job.generator, forward=mixer.forward, criterion=mixer.criterion)
 
-    def extra_records(self) -> dict[str, ArrayRecord]:
-        if not int(self.job.config.get(SEND_MEANS, 0)):
-            return {}
+    def run(self) -> TrainReply:
+        if self.job.phase == MEANS_ACTION:
+            return self.means_reply()
+        return super().run()
+
+    def means_reply(self) -> TrainReply:
+        """The client's means (record ``fedmix-means``) with the received model, untrained."""
         d, c = self.job.data, self.cfg.section(FedMixConfig)
         x_bar, y_bar = client_means(d.x_train, d.y_train, d.num_classes, c.mean_size,
                                     seed=int(self.cfg.seed) * 100_003 + self.job.cid)
-        return {MEANS: params_to_record({"x": x_bar, "y": y_bar})}
+        loss, acc = evaluate(self.job.model, d.x_test, d.y_test)
+        metrics: dict[str, float | int] = {
+            "cid": self.job.cid, "num-examples": d.num_train, "train_loss": float("nan"), "local-steps": 0,
+            "local-accuracy": acc, "local-loss": loss, "global-model-local-accuracy": acc,
+            "global-model-local-loss": loss}
+        return TrainReply(self.reply_params(), metrics, {MEANS: params_to_record({"x": x_bar, "y": y_bar})})

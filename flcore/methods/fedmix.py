@@ -21,12 +21,13 @@ terms, except that the port differentiates the batch-mean (1 - lam) CE, i.e. its
 (1 - lam)/B times ours. Defaults: lambda = 0.05 and one mean over all of a client's data ("mash batch size:
 all") are the paper's CIFAR-10 FedMix settings as that port's README reports them (0.1 for NaiveMix).
 
-Sharing goes through the server: a client's first reply carries its means (reply record ``fedmix-means``); the
-server keeps every client's means (its only state besides FedAvg's) and sends the pool to every sampled client
-with the round's model (record ``fedmix-global``). Round 1 therefore trains without a pool (plain FedAvg's
-loss: the paper exchanges the means once before training); from round 2 on every client mixes. Bytes: a client
-uploads ceil(n_k / M) x (prod(input shape) + C) x 4 once and downloads the pool, sum_k ceil(n_k / M) x
-(prod(input shape) + C) x 4, every round it is sampled (docs/methods/data-sharing.md). Privacy: a mean over M
+Sharing goes through the server, before training as the paper's MAFL has it: at the start of a round the server
+asks every registered client whose means it does not hold yet (round 1: all of them) for its means in one more
+exchange (message type ``train.means``, reply record ``fedmix-means``); it keeps every client's means (its only
+state besides FedAvg's, checkpointed) and sends the pool to every sampled client with the round's model (record
+``fedmix-global``). Bytes: a client uploads ceil(n_k / M) x (prod(input shape) + C) x 4 once and downloads the
+pool, sum_k ceil(n_k / M) x (prod(input shape) + C) x 4, every round it is sampled (docs/methods/data-sharing.md);
+the means request carries the model too (the message layout every train message has). Privacy: a mean over M
 samples reveals the client's average input and, through y_bar, its label distribution; M = all local data
 (mean-size 0) is the coarsest.
 """
@@ -37,7 +38,7 @@ from flcore.declaration import MethodDecl, Payload
 from flcore.schema import Section, param
 
 LOSSES = ("fedmix", "naivemix")
-SEND_MEANS = "fedmix-send-means"   # server -> client config: 1 when the server holds no means of this client yet
+MEANS_ACTION = "train.means"       # message type of the means request, before a round's training
 GLOBAL = "fedmix-global"           # server -> client record: the pooled means of every client so far ("x", "y")
 MEANS = "fedmix-means"             # client -> server record: this client's means ("x": inputs, "y": soft labels)
 POOL_SIZE = "fedmix-pool-size"     # round metric: how many means the pool holds after the round
@@ -58,4 +59,4 @@ class FedMixConfig(Section):
 METHODS = [MethodDecl("fedmix", "Yoon, Shin, Hwang and Yang, ICLR 2021 (FedMix / NaiveMix, MAFL)",
                       "strategies.methods.fedmix:FedMixStrategy", "client_app.trainers.fedmix:FedMixTrainer",
                       config=FedMixConfig,
-                      payload=Payload(config=(SEND_MEANS,), records=(GLOBAL,), reply_records=(MEANS,)))]
+                      payload=Payload(records=(GLOBAL,), reply_records=(MEANS,), actions=("train", MEANS_ACTION)))]

@@ -1,21 +1,27 @@
 """FedMix / NaiveMix (Yoon et al., ICLR 2021; flcore/methods/fedmix.py), server side: FedAvg's average, plus the
-Mean Augmented FL relay. The server keeps each client's shared means (received once, in the client's first
-reply: config ``fedmix-send-means`` asks for them), pools them in client-id order and sends the pool to every
-sampled client (record ``fedmix-global``). The means are checkpointed (a resumed run relays the same pool).
+Mean Augmented FL relay. Before a round's training the server asks every registered client whose means it does
+not hold (round 1: all) for them, in one exchange (``train.means``); it keeps each client's means, pools them in
+client-id order and sends the pool to every sampled client (record ``fedmix-global``). The means are
+checkpointed (a resumed run relays the same pool and asks no client again).
 """
 
 from __future__ import annotations
 
+import logging
 from typing import Any
 
 import numpy as np
 from flwr.app import ArrayRecord
+from flwr.serverapp import Grid
 
 from flcore.config import RunConfig
-from flcore.methods.fedmix import GLOBAL, MEANS, POOL_SIZE, SEND_MEANS
+from flcore.methods.fedmix import GLOBAL, MEANS, MEANS_ACTION, POOL_SIZE
 from flcore.records import params_to_record, record_to_params
 from strategies.aggregation import weighted_average
-from strategies.base import ClientUpdate, FLStrategy, Params
+from strategies.base import ClientUpdate, FLStrategy, Params, RoundOutcome
+from strategies.exchange import exchange
+
+log = logging.getLogger("noniid_fl")
 
 
 def pooled(means: dict[int, tuple[np.ndarray, np.ndarray]]) -> tuple[np.ndarray, np.ndarray]:
@@ -47,8 +53,32 @@ class FedMixStrategy(FLStrategy):
         super().__init__(cfg)
         self.means: dict[int, tuple[np.ndarray, np.ndarray]] = {}
 
-    def client_config(self, server_round: int, cid: int) -> dict[str, Any]:
-        return {SEND_MEANS: int(cid not in self.means)}
+    def train_round(self, grid: Grid, server_round: int, params: Params) -> RoundOutcome:
+        """The means request to the clients the pool lacks, then FedAvg's round with the pool relayed."""
+        self.refresh_clients(grid, server_round=server_round)
+        missing = sorted(c for c in self.clients if c not in self.means)
+        sent = received = 0
+        failures: list = []
+        if missing:
+            sends = {cid: (self.clients[cid].node_id, self.train_content(server_round, cid, params))
+                     for cid in missing}
+            res = exchange(grid, sends, MEANS_ACTION, self.cfg.round_timeout, server_round,
+                           poll=self.cfg.reply_poll_interval)
+            self.registry.forget_lost(res)
+            for cid in sorted(res.replies):
+                record = res.replies[cid].content.get(MEANS)
+                try:
+                    if record is None:
+                        raise ValueError(f"client {cid}: the reply to '{MEANS_ACTION}' has no record '{MEANS}'")
+                    self.means[cid] = checked_means(cid, record)
+                except ValueError as err:
+                    log.warning("round %s: FedMix means left out: %s", server_round, err)
+            sent, received, failures = res.bytes_sent, res.bytes_received, list(res.failures)
+        outcome = super().train_round(grid, server_round, params)
+        outcome.failures += failures
+        outcome.bytes_sent += sent
+        outcome.bytes_received += received
+        return outcome
 
     def client_records(self, server_round: int, cid: int) -> dict[str, ArrayRecord]:
         if not self.means:
@@ -57,9 +87,6 @@ class FedMixStrategy(FLStrategy):
         return {GLOBAL: params_to_record({"x": x, "y": y})}
 
     def aggregate(self, server_round: int, params: Params, updates: list[ClientUpdate]) -> Params:
-        for u in updates:
-            if MEANS in u.records:
-                self.means[u.cid] = checked_means(u.cid, u.records[MEANS])
         return weighted_average([u.params for u in updates], [u.num_examples for u in updates])
 
     def round_metrics(self) -> dict[str, Any]:
