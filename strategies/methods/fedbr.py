@@ -5,6 +5,9 @@ x_{t+1} = x_t + (1/M) sum_i (x_i - x_t) = (1/M) sum_i x_i. ``fedbr-weighting = s
 The round's client means of the mechanism's quantities (flcore/methods/fedbr.py: L_con before and after the max
 step and at the end of local training, the two cosine similarities inside L_con, the pseudo-data CE) are logged
 every round.
+With ``rsm-scope = shared`` (the authors' one RSM set over every client's data) each client is told the number of
+clients in the federation (per-client config ``fedbr-num-clients``: the clients registered when it is sent), from
+which it derives every client's partition and builds the same set as every other client.
 """
 
 from __future__ import annotations
@@ -15,10 +18,9 @@ from typing import Any
 import numpy as np
 
 from flcore.config import RunConfig
-from flcore.methods.fedbr import METRICS, FedBRConfig
+from flcore.methods.fedbr import METRICS, NUM_CLIENTS, br_config
 from strategies.aggregation import apply_update, deltas
 from strategies.base import ClientUpdate, FLStrategy, Params
-
 
 
 def uniform_delta_average(global_params: Params, client_params: list[Params],
@@ -41,8 +43,13 @@ def uniform_delta_average(global_params: Params, client_params: list[Params],
 class FedBRStrategy(FLStrategy):
     def __init__(self, cfg: RunConfig) -> None:
         super().__init__(cfg)
-        self.fb = cfg.section(FedBRConfig)  # validates every fedbr-* key before round 1
+        self.fb = br_config(cfg)  # fedbr.* (fedbr-code.* for fedbr-code), validated before round 1
         self._metrics: dict[str, Any] = {}
+
+    def client_config(self, server_round: int, cid: int) -> dict[str, Any]:
+        if self.fb.uses_pseudo and self.fb.pseudo == "rsm" and self.fb.rsm_scope == "shared":
+            return {NUM_CLIENTS: len(self.clients)}
+        return {}
 
     def aggregate(self, server_round: int, params: Params, updates: list[ClientUpdate]) -> Params:
         weights = None if self.fb.weighting == "uniform" else [float(u.num_examples) for u in updates]
