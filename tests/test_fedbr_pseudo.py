@@ -188,6 +188,9 @@ def test_the_runs_own_dataset_is_refused_as_its_proxy():
     with pytest.raises(ConfigError, match="'fedbr.proxy-dataset' = 'digits' is the run's own dataset"):
         cfg_of(dataset="digits", **{"fedbr.proxy-dataset": "digits"})
     cfg_of(dataset="digits", **{"fedbr.proxy-dataset": "digits", "fedbr.pseudo": "rsm"})  # no proxy used
+    with pytest.raises(ConfigError, match="run-config key 'fedbr.proxy-dataset' got 'synthetic'; allowed"):
+        cfg_of(**{"fedbr.proxy-dataset": "synthetic"})  # generated per client: no pool of images
+    assert br_config(cfg_of(**{"fedbr.proxy-dataset": "hf:foo"})).proxy_source("digits") == "hf:foo"
 
 
 # ------------------------------------------------------------------------------------------------ RSM

@@ -27,6 +27,9 @@ PARTNERS = ("local", "batch")
 # 1), so the 28 x 28 grey sets take Fashion-MNIST (mnist-5k for Fashion-MNIST itself). Datasets absent here have
 # no offline set of another distribution at their shape (digits' 8 x 8, synthetic's vectors, hf:*): auto gives
 # the generated smooth-noise proxy there, by the dataset's name (never because a file is missing).
+# the datasets a proxy can come from: ours with a training pool of images (flcore/common.py DATASETS less
+# synthetic and rotated-mnist, which are generated from others), or a Hugging Face image set
+PROXY_DATASETS = ("auto", "mnist", "fmnist", "emnist-letters", "cifar10", "cifar100", "mnist-5k", "digits", "hf:*")
 AUTO_PROXY = {"mnist": "fmnist", "mnist-5k": "fmnist", "rotated-mnist": "fmnist", "emnist-letters": "fmnist",
               "fmnist": "mnist-5k", "cifar10": "cifar100", "cifar100": "cifar10"}
 STATE_KEY = "fedbr-rsm"   # client state: the RSM pseudo set built at the client's first round
@@ -88,7 +91,7 @@ class FedBRConfig(Section):
                                        "cifar10 and cifar10 for cifar100 (scripts/train_fed.py lines 179-196), "
                                        "smooth-noise where no offline set of another distribution has the "
                                        "input's shape (digits, synthetic, hf:*). Read from data-root; missing "
-                                       "is an error")
+                                       "is an error", choices=PROXY_DATASETS)
     proxy_mean_size: int = param(10, "proxy images averaged into one x_p (the text: 'the procedure of RSM' on the "
                                      "proxy data; authors' code 10, drawn with replacement: "
                                      "scripts/train_fed.py get_augmentation_proxy_data)", gt=0)
