@@ -210,6 +210,14 @@ def test_the_shared_rsm_set_is_identical_on_two_clients_and_per_client_sets_diff
         c = int(torch.randint(3, (1,), generator=gen))
         idx = torch.randint(len(xs[c]), (10,), generator=gen)
         assert torch.allclose(sets[0][j], xs[c][idx].mean(0))
+    code = ("import hashlib, json, sys; from flcore.config import RunConfig, resolve_run_config; "
+            "from flcore.methods.fedbr import br_config; from client_app.trainers.fedbr.shared import shared_rsm; "
+            "c = RunConfig.from_dict(resolve_run_config(json.loads(sys.argv[1]))); "
+            "print(hashlib.sha256(shared_rsm(c, br_config(c), 3, 4)[0].numpy().tobytes()).hexdigest())")
+    values = {"method": "fedbr", "batch-size": 8, "lr": 0.05, **over}
+    out = subprocess.run([sys.executable, "-c", code, json.dumps(values)], capture_output=True, text=True,
+                         check=True, cwd=PROJECT_ROOT)
+    assert out.stdout.strip() == hashlib.sha256(sets[0].numpy().tobytes()).hexdigest()  # another process, round 4
     local = cfg_of(**{**over, "fedbr.rsm-scope": "client"})
     per_client = [FedBRTrainer(job_of(local, cid, torch.from_numpy(arrays[cid].x_train),
                                       torch.from_numpy(arrays[cid].y_train))).pseudo_source()[0](None, None)[0]
@@ -222,8 +230,14 @@ def test_the_shared_rsm_set_is_identical_on_two_clients_and_per_client_sets_diff
 def test_the_server_tells_each_client_the_federation_size_only_for_a_shared_rsm():
     from strategies.methods.fedbr import FedBRStrategy
 
-    assert FedBRStrategy(cfg_of(**{"fedbr.pseudo": "rsm", "fedbr.rsm-scope": "shared"})).client_config(1, 0) == {
-        NUM_CLIENTS: 0}  # no client registered yet
+    strategy = FedBRStrategy(cfg_of(**{"fedbr.pseudo": "rsm", "fedbr.rsm-scope": "shared"}))
+    strategy.registry.clients.update({c: None for c in range(3)})  # three registered nodes (only counted)
+    assert strategy.client_config(1, 0) == {NUM_CLIENTS: 3}
+    strategy.registry.clients[3] = None  # a late node: the run's set stays the one over the first three
+    assert strategy.client_config(2, 3) == {NUM_CLIENTS: 3}
+    resumed = FedBRStrategy(strategy.cfg)
+    resumed.load_state_dict(strategy.state_dict())
+    assert resumed.client_config(3, 1) == {NUM_CLIENTS: 3}
     assert FedBRStrategy(cfg_of()).client_config(1, 0) == {}
     assert FedBRStrategy(cfg_of(method="fedbr-code")).client_config(1, 0) == {}  # Mixture: no RSM set
 
