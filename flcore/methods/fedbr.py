@@ -42,7 +42,8 @@ SIM_GLOBAL = "fedbr-sim-global"        # cos(P phi_i(x_p), P phi_g(x_p)) in the 
 SIM_REAL = "fedbr-sim-real"            # cos(P phi_i(x_p), P phi_i(x)) in the min step (f2's similarity)
 PSEUDO_CE = "fedbr-pseudo-ce"          # CE_soft of the pseudo batch (component 1)
 METRICS = (CON_BEFORE_MAX, CON_AFTER_MAX, CON_END, SIM_GLOBAL, SIM_REAL, PSEUDO_CE)
-CODE = "authors' code, LINs-lab/FedBR, fedbr/"
+REPO = "authors' code, LINs-lab/FedBR, "
+CODE = REPO + "fedbr/"
 
 
 @dataclass(frozen=True)
@@ -196,10 +197,11 @@ CODE_RECIPE_SOURCES = {
     "momentum": CODE + "algorithms.py FedBR.__init__: gen_opt and disc_opt are torch.optim.SGD without momentum",
     "weight-decay": CODE + "hparams_registry.py _hparams: weight_decay 0 for RotatedMNIST",
     "batch-size": CODE + "hparams_registry.py _hparams: batch_size 64 for RotatedMNIST (CIFAR 32)",
-    "local-epochs": CODE + "README.md's command (--local_steps 50, 50,000 steps = Table 1's 1000 rounds; "
-                    "scripts/train_fed.py's own default is 20): 50 epochs capped at 50 steps give every client "
-                    "50 steps",
-    "max-local-steps": CODE + "README.md's command --local_steps 50 (scripts/train_fed.py, step % local_steps)",
+    "local-epochs": REPO + "README.md's command (--local_steps 50, 50,000 steps = Table 1's 1000 rounds; "
+                    "fedbr/scripts/train_fed.py's own default is 20): 50 epochs capped at 50 steps give every "
+                    "client 50 steps",
+    "max-local-steps": REPO + "README.md's command --local_steps 50 (fedbr/scripts/train_fed.py: aggregation at "
+                              "step % local_steps == 0)",
     "model": CODE + "networks.py MNIST_CNN (Featurizer for 28x28 inputs) with a linear Classifier",
 }
 METHODS = [
