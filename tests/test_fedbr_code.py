@@ -38,6 +38,8 @@ def test_a_fedbr_code_run_with_nothing_else_set_records_the_recipe(tmp_path):
     recorded = json.loads((tmp_path / "run" / "results.json").read_text())["run_config"]
     assert {k: recorded[k] for k in RECIPE} == RECIPE
     assert recorded["fedbr-code.mixture-partners"] == "batch" and recorded["fedbr-code.global-features"] == "round"
+    alone = RunConfig.from_dict(resolve_run_config({"method": "fedbr-code"})).to_dict()  # truly nothing else
+    assert {k: alone[k] for k in RECIPE} == RECIPE and alone["preset-applied"] is True
     paper = resolve_run_config({"method": "fedbr"})
     assert (paper["lr"], paper["model"]) != (1e-3, "domainbed-cnn")
     user = RunConfig.from_dict(resolve_run_config({"method": "fedbr-code", "lr": 0.03}))
