@@ -48,9 +48,11 @@ def job_of(cfg: RunConfig, cid: int, x: torch.Tensor, y: torch.Tensor, server_ro
 def fresh_caches():
     shared._proxy_set.cache_clear()
     shared._shared_rsm.cache_clear()
+    shared.client_inputs.cache_clear()
     yield
     shared._proxy_set.cache_clear()
     shared._shared_rsm.cache_clear()
+    shared.client_inputs.cache_clear()
 
 
 # ------------------------------------------------------------------------------------------------ pure parts
@@ -213,7 +215,9 @@ def test_the_shared_rsm_set_is_identical_on_two_clients_and_per_client_sets_diff
     code = ("import hashlib, json, sys; from flcore.config import RunConfig, resolve_run_config; "
             "from flcore.methods.fedbr import br_config; from client_app.trainers.fedbr.shared import shared_rsm; "
             "c = RunConfig.from_dict(resolve_run_config(json.loads(sys.argv[1]))); "
-            "print(hashlib.sha256(shared_rsm(c, br_config(c), 3, 4)[0].numpy().tobytes()).hexdigest())")
+            "from data_partitioning.federated import client_arrays; import torch; "
+            "own = torch.from_numpy(client_arrays(c, 1, 3).x_train); "
+            "print(hashlib.sha256(shared_rsm(c, br_config(c), 3, 4, 1, own)[0].numpy().tobytes()).hexdigest())")
     values = {"method": "fedbr", "batch-size": 8, "lr": 0.05, **over}
     out = subprocess.run([sys.executable, "-c", code, json.dumps(values)], capture_output=True, text=True,
                          check=True, cwd=PROJECT_ROOT)
@@ -225,6 +229,9 @@ def test_the_shared_rsm_set_is_identical_on_two_clients_and_per_client_sets_diff
     assert not torch.equal(per_client[0], per_client[1])
     with pytest.raises(ValueError, match="'fedbr.rsm-scope' = 'shared' needs the number of clients"):
         FedBRTrainer(job_of(cfg, 0, xs[0], torch.from_numpy(arrays[0].y_train))).pseudo_source()
+    foreign = job_of(cfg, 0, xs[0] + 1.0, torch.from_numpy(arrays[0].y_train), config={NUM_CLIENTS: 3})
+    with pytest.raises(ValueError, match="client 0's training data is not its partition"):  # e.g. data-path
+        FedBRTrainer(foreign).pseudo_source()
 
 
 def test_the_server_tells_each_client_the_federation_size_only_for_a_shared_rsm():

@@ -77,19 +77,39 @@ def proxy_set(cfg: RunConfig, fb: FedBRConfig, shape: tuple[int, ...], server_ro
                       cfg.data_root, cfg.download, key)
 
 
-@functools.lru_cache(maxsize=4)
-def _shared_rsm(cfg: RunConfig, num_clients: int, size: int, subset: int, seed: int) -> tuple[torch.Tensor, torch.Tensor]:
+@functools.lru_cache(maxsize=2)
+def client_inputs(cfg: RunConfig, num_clients: int) -> tuple[tuple[torch.Tensor, ...], int]:
+    """Every client's training inputs as the run config partitions them (and the number of classes)."""
     from data_partitioning.federated import client_arrays
 
     arrays = [client_arrays(cfg, cid, num_clients) for cid in range(num_clients)]
-    xs = [torch.from_numpy(np.ascontiguousarray(a.x_train)) for a in arrays]
-    return shared_rsm_pseudo_data(xs, size, subset, arrays[0].num_classes, torch.Generator().manual_seed(seed))
+    return tuple(torch.from_numpy(np.ascontiguousarray(a.x_train)) for a in arrays), arrays[0].num_classes
 
 
-def shared_rsm(cfg: RunConfig, fb: FedBRConfig, num_clients: int, server_round: int) -> tuple[torch.Tensor, torch.Tensor]:
-    """The authors' one RSM set (x~, 1/C) over the training data of clients 0 .. num_clients - 1, on the CPU."""
+@functools.lru_cache(maxsize=4)
+def _shared_rsm(cfg: RunConfig, num_clients: int, size: int, subset: int, seed: int) -> tuple[torch.Tensor, torch.Tensor]:
+    xs, num_classes = client_inputs(cfg, num_clients)
+    return shared_rsm_pseudo_data(list(xs), size, subset, num_classes, torch.Generator().manual_seed(seed))
+
+
+def shared_rsm(cfg: RunConfig, fb: FedBRConfig, num_clients: int, server_round: int, cid: int,
+               own: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+    """The authors' one RSM set (x~, 1/C) over the training data of clients 0 .. num_clients - 1, on the CPU.
+
+    ``own``: this client's training inputs, which must be its partition of the run config's dataset (a node with
+    data of its own, node-config data-path, cannot derive the other clients' data: ValueError)."""
+    key = f"{fb.NAME}.rsm-scope"
     if num_clients <= 0:
-        raise ValueError(f"run-config key '{fb.NAME}.rsm-scope' = 'shared' needs the number of clients from the "
-                         f"server, got {num_clients}")
+        raise ValueError(f"run-config key '{key}' = 'shared' needs the number of clients from the server, "
+                         f"got {num_clients}")
+    if not 0 <= cid < num_clients:
+        raise ValueError(f"run-config key '{key}' = 'shared': client {cid} is outside the {num_clients} clients "
+                         "the server counts")
+    xs, _ = client_inputs(cfg, int(num_clients))
+    mine = xs[cid]
+    if tuple(mine.shape) != tuple(own.shape) or not torch.equal(mine, own.detach().cpu()):
+        raise ValueError(f"run-config key '{key}' = 'shared' builds one RSM set over every client's partition of "
+                         f"dataset '{cfg.dataset}', but client {cid}'s training data is not its partition (a node "
+                         "with data of its own, node-config data-path?): use rsm-scope = 'client'")
     seed = set_seed(cfg.seed, 0 if fb.pseudo_refresh == "once" else server_round, 19)
     return _shared_rsm(cfg, int(num_clients), fb.pseudo_count(cfg.batch_size), fb.rsm_size, seed)

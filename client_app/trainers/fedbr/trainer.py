@@ -191,7 +191,8 @@ class FedBRTrainer(Trainer):
         shape = tuple(d.x_train.shape[1:])
         if fb.pseudo == "rsm":
             if fb.rsm_scope == "shared":
-                xs, qs = shared_rsm(job.cfg, fb, int(job.config.get(NUM_CLIENTS, 0)), job.server_round)
+                xs, qs = shared_rsm(job.cfg, fb, int(job.config.get(NUM_CLIENTS, 0)), job.server_round, job.cid,
+                                    d.x_train)
                 x, q = xs.to(d.x_train.device), qs.to(d.x_train.device)
             else:
                 x, q = self._rsm(fb.pseudo_refresh == "once")
