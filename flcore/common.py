@@ -12,7 +12,7 @@ from flcore.schema import ConfigError, Section, param
 DATASETS = ("mnist", "fmnist", "emnist-letters", "cifar10", "cifar100", "mnist-5k", "digits",
             "synthetic", "rotated-mnist")
 PARTITIONS = ("iid", "dirichlet", "shards", "classes", "power-law", "natural")
-MODELS = ("auto", "logistic", "mlp", "convnet", "vgg11", "resnet18")
+MODELS = ("auto", "logistic", "mlp", "convnet", "vgg11", "resnet18", "domainbed-cnn")
 HEADS = ("linear", "etf")
 DEVICES = ("auto", "cpu", "cuda")
 ENGINES = ("inprocess", "ray")

@@ -1,4 +1,5 @@
-"""Backbones: logistic (identity), MLP, the FedRANE/FedUFO ConvNet, VGG11 and ResNet-18 (CIFAR style).
+"""Backbones: logistic (identity), MLP, the FedRANE/FedUFO ConvNet, VGG11, ResNet-18 (CIFAR style) and DomainBed's
+MNIST CNN (FedBR's authors' featurizer).
 
 Each returns features of shape (B, feature_dim); the head is added by :func:`models.build_model`.
 No BatchNorm in the small nets (client batch statistics are a known non-IID confounder); ResNet-18 uses
@@ -37,6 +38,18 @@ def convnet(in_shape: tuple[int, ...], embed: int = 64) -> tuple[nn.Module, int]
     with torch.no_grad():
         flat = body(torch.zeros(1, c, h, w)).shape[1]
     return nn.Sequential(body, nn.Linear(flat, embed), nn.ReLU()), embed
+
+
+def domainbed_cnn(in_shape: tuple[int, ...]) -> tuple[nn.Module, int]:
+    """DomainBed's MNIST CNN, FedBR's RotatedMNIST featurizer (authors' code LINs-lab/FedBR, fedbr/networks.py
+    MNIST_CNN): four 3x3 convolutions of 64, 128 (stride 2), 128, 128 channels, each followed by ReLU then
+    GroupNorm(8), global average pooling: 128-d features."""
+    c = in_shape[0]
+    layers: list[nn.Module] = []
+    for cin, cout, stride in ((c, 64, 1), (64, 128, 2), (128, 128, 1), (128, 128, 1)):
+        layers += [nn.Conv2d(cin, cout, 3, stride, padding=1), nn.ReLU(), nn.GroupNorm(8, cout)]
+    layers += [nn.AdaptiveAvgPool2d(1), Flatten()]
+    return nn.Sequential(*layers), 128
 
 
 _VGG11 = [64, "M", 128, "M", 256, 256, "M", 512, 512, "M", 512, 512, "M"]
@@ -86,4 +99,5 @@ def resnet18(in_shape: tuple[int, ...]) -> tuple[nn.Module, int]:
     return nn.Sequential(*layers), 512
 
 
-BACKBONES = {"logistic": logistic, "mlp": mlp, "convnet": convnet, "vgg11": vgg11, "resnet18": resnet18}
+BACKBONES = {"logistic": logistic, "mlp": mlp, "convnet": convnet, "vgg11": vgg11, "resnet18": resnet18,
+             "domainbed-cnn": domainbed_cnn}

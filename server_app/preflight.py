@@ -33,7 +33,8 @@ from server_app.tensorboard_log import check_available as check_tensorboard
 # Smallest image side each backbone of models/networks.py is built for; None = any input (it flattens).
 # convnet: two 2x2 max-pools; resnet18: three stride-2 stages; vgg11: five 2x2 max-pools (networks.vgg11
 # silently drops a pool when the map is smaller, which is no longer VGG-11). All three need (C, H, W) images.
-MIN_IMAGE_SIDE: dict[str, int | None] = {"logistic": None, "mlp": None, "convnet": 4, "resnet18": 8, "vgg11": 32}
+MIN_IMAGE_SIDE: dict[str, int | None] = {"logistic": None, "mlp": None, "convnet": 4, "resnet18": 8, "vgg11": 32,
+                                         "domainbed-cnn": 2}
 WHY = {"convnet": "its two 2x2 max-pools", "resnet18": "its three stride-2 stages",
        "vgg11": "its five 2x2 max-pools"}
 GPU_DRIVER_FILES = ("/dev/nvidiactl", "/dev/nvidia0", "/proc/driver/nvidia", "/dev/kfd")

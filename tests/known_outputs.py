@@ -49,6 +49,11 @@ PER_JOB: dict[str, dict[str, Any]] = {
     "fedbc-uniform": {"fedbc.lambda-init": 0.05, "fedbc.eta-lambda": 0.1},
     "fedbc-code": {"fedbc-code.lambda-init": 0.05, "fedbc-code.eta-lambda": 0.1},  # the code's one dual optimizer
     "fedbr": {"fedbr.max-momentum": 0.5},  # the max step with the run's momentum, as before issue 19
+    # issue 40: Mixture over a proxy DATASET (mnist-5k images area-averaged to digits' 8x8), the authors' code
+    # (its MNIST CNN, plain SGD, partners from the batch, phi_g cached per round) and its one shared RSM set
+    "fedbr-proxy-mnist": {"method": "fedbr", "fedbr.proxy-dataset": "mnist-5k"},
+    "fedbr-code": {"model": "domainbed-cnn", "momentum": 0.0},
+    "fedbr-code-rsm": {"method": "fedbr-code", "model": "domainbed-cnn", "momentum": 0.0, "fedbr-code.pseudo": "rsm"},
     # fedufo: the schedule and ranking before issue 19 (still options); fedufo-paper: the defaults since
     "fedufo": {"fedufo.num-clients": NUM_NODES, "fedufo.stage-one-fraction": 0.5, "fedufo.disc-schedule": "alternating",
                "fedufo.sampling-metric": "global-model-local-accuracy"},

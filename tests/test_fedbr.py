@@ -159,7 +159,7 @@ def tiny_model(cfg: RunConfig) -> FLModel:
 def make_job(overrides: dict | None = None, n: int = 24, server_round: int = 1, state: ClientState | None = None,
              model: FLModel | None = None) -> TrainJob:
     cfg = RunConfig.from_dict({"method": "fedbr", "batch-size": 8, "lr": 0.1, "momentum": 0.0, "weight-decay": 0.0,
-                               **(overrides or {})})
+                               "fedbr.proxy": "smooth-noise", **(overrides or {})})  # no proxy dataset read
     gen = torch.Generator().manual_seed(5)
     x = torch.randn(n, 1, 4, 4, generator=gen)
     y = torch.randint(0, C, (n,), generator=gen)
@@ -189,7 +189,7 @@ def test_max_step_changes_only_theta_and_is_one_sgd_step_on_minus_lcon():
     job = make_job()
     model = job.model
     x_p = torch.randn(8, 1, 4, 4, generator=torch.Generator().manual_seed(1))
-    pb = PseudoBatch(lambda: (x_p, uniform_labels(8, C)), per_step=False, need_global=True)
+    pb = PseudoBatch(lambda xb, yb: (x_p, uniform_labels(8, C)), per_step=False, need_global=True)
     max_step = MaxStep(pb, 0.5, 0.5, "index", lr=0.3, momentum=0.0, weight_decay=0.0)
     proj = model.extras["proj"]
     for p in proj.parameters():
@@ -239,7 +239,7 @@ def test_global_features_of_each_step_or_cached_from_the_rounds_first_pseudo_bat
     model = job.model
     for once, want in ((False, [1.0, 2.0, 3.0]), (True, [1.0, 1.0, 1.0])):
         batches = iter([torch.full((2, 1, 4, 4), float(v)) for v in (1, 2, 3)])
-        pb = PseudoBatch(lambda: (next(batches), uniform_labels(2, C)), per_step=True, need_global=True,
+        pb = PseudoBatch(lambda xb, yb: (next(batches), uniform_labels(2, C)), per_step=True, need_global=True,
                          global_once=once)
         pb.begin(model)
         for _ in range(3):
@@ -324,18 +324,18 @@ def test_ablations_select_terms(over, kinds):
 def test_pseudo_refresh_once_keeps_rsm_in_client_state_round_rebuilds():
     state = ClientState(RecordDict(), 0)
     j1 = make_job({"fedbr.pseudo": "rsm"}, server_round=1, state=state)
-    x1, _ = FedBRTrainer(j1).pseudo_source()[0]()
-    x2, _ = FedBRTrainer(make_job({"fedbr.pseudo": "rsm"}, server_round=2, state=state)).pseudo_source()[0]()
+    x1, _ = FedBRTrainer(j1).pseudo_source()[0](None, None)
+    x2, _ = FedBRTrainer(make_job({"fedbr.pseudo": "rsm"}, server_round=2, state=state)).pseudo_source()[0](None, None)
     assert torch.equal(x1, x2) and STATE_KEY in state.keys()
     r = {"fedbr.pseudo": "rsm", "fedbr.pseudo-refresh": "round"}
-    y1, _ = FedBRTrainer(make_job(r, server_round=1)).pseudo_source()[0]()
-    y2, _ = FedBRTrainer(make_job(r, server_round=2)).pseudo_source()[0]()
+    y1, _ = FedBRTrainer(make_job(r, server_round=1)).pseudo_source()[0](None, None)
+    y2, _ = FedBRTrainer(make_job(r, server_round=2)).pseudo_source()[0](None, None)
     assert not torch.equal(y1, y2)
     # Mixture: the shared proxy is fixed ("once"), the local partners are redrawn every step
     make, per_step = FedBRTrainer(make_job()).pseudo_source()
-    (a, qa), (b, qb) = make(), make()
+    (a, qa), (b, qb) = make(None, None), make(None, None)
     assert per_step and not torch.equal(a, b)
-    assert torch.allclose(qa.sum(1), torch.ones(32))
+    assert a.shape[0] == 8 and torch.allclose(qa.sum(1), torch.ones(8))  # |D_p| = B (Alg. 1)
 
 
 def test_mixup_option_trains_and_full_fedbr_learns_on_a_separable_task():

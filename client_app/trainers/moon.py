@@ -7,7 +7,7 @@ with z, z_glob, z_prev the projected representations of x under the model being 
 global model and this client's previous local model; sim = cosine similarity. The server is FedAvg.
 
 Projection head: a 2-layer MLP (d -> d -> moon-proj-dim, ReLU) stored in ``model.extras["proj"]`` by the
-model hook :func:`add_projection_head`, so it is trained and averaged with the model. Deviation from the
+model hook :func:`models.extras.add_moon_projection`, so it is trained and averaged with the model. Deviation from the
 paper: there the classifier sits on top of the projection; here the head keeps reading the backbone
 features and the projection is a side branch used only by l_con (the model layout every method shares).
 The previous local model lives in the client's persistent state (``moon-prev-model``). On a client's first
@@ -41,7 +41,7 @@ def projection(model: nn.Module) -> nn.Module:
     extras = getattr(model, "extras", None)
     if extras is None or "proj" not in extras:
         raise KeyError("MOON needs the projection head model.extras['proj'] "
-                       "(model hook client_app.trainers.moon:add_projection_head)")
+                       "(model hook models.extras:add_moon_projection)")
     return extras["proj"]
 
 

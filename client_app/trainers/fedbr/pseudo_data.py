@@ -3,10 +3,14 @@
 Notation of the paper: phi_i the local feature extractor, phi_g the global one received this round,
 omega the classifier, P_theta the projection head, D_p the pseudo-data (|D_p| = B), C classes.
 
-- :func:`rsm_pseudo_data`      "Random Sample Mean" pseudo-data, label 1/C * 1.
+- :func:`rsm_pseudo_data`      "Random Sample Mean" pseudo-data over one client's samples, label 1/C * 1.
+- :func:`shared_rsm_pseudo_data` one RSM set for all clients, each sample the mean of samples of one randomly
+                               drawn client (the authors' code).
 - :func:`mixture_pseudo_data`  "Mixture" pseudo-data, paper Eq. (4).
-- :func:`proxy_samples`        the globally shared proxy set x_p that Mixture mixes with (our choice: seeded
-                               noise, see the function; the authors used another dataset).
+- :func:`proxy_means`          the globally shared proxy set x_p that Mixture mixes with: each x_p the mean of
+                               randomly drawn images of a proxy dataset ("the sample mean of a proxy dataset");
+                               :func:`fit_shape` brings those images to the run's input shape.
+- :func:`proxy_samples`        a generated proxy set instead (seeded noise, our option).
 - :func:`contrastive_loss`     L_con, paper Eqs. (5)-(7); :func:`similarities` its two cosines.
 - :func:`soft_cross_entropy`   L_cls with a soft target (the pseudo-data term of Eq. (3)).
 - :func:`mixup`                the "FedBR + Mixup" option on real data (Zhang et al. 2018).
@@ -20,7 +24,7 @@ import numpy as np
 import torch
 import torch.nn.functional as F
 
-from flcore.methods.fedbr import PAIRINGS, PROXY_KINDS
+from flcore.methods.fedbr import GENERATED_PROXIES, PAIRINGS
 
 
 def uniform_labels(n: int, num_classes: int, device: torch.device | str = "cpu") -> torch.Tensor:
@@ -45,6 +49,27 @@ def rsm_pseudo_data(x_local: torch.Tensor, size: int, subset: int, num_classes: 
     idx = torch.stack([torch.randperm(n, generator=generator)[:m] for _ in range(size)])
     x = x_local[idx.to(x_local.device)].mean(dim=1)
     return x, uniform_labels(size, num_classes, x_local.device)
+
+
+def shared_rsm_pseudo_data(client_x: list[torch.Tensor], size: int, subset: int, num_classes: int,
+                           generator: torch.Generator) -> tuple[torch.Tensor, torch.Tensor]:
+    """One RSM set for every client, as the authors' code builds it (scripts/train_fed.py
+    get_augmentation_mean_data): sample j draws a client c_j uniformly from ``client_x`` (the clients' training
+    inputs), then ``subset`` of its samples uniformly WITH replacement, and averages them; label 1/C * 1.
+    Per sample the generator draws c_j, then the indices, in that order."""
+    if not client_x:
+        raise ValueError("a shared RSM set needs the training data of at least one client")
+    if size <= 0 or subset <= 0:
+        raise ValueError(f"RSM needs size > 0 and subset > 0, got size={size}, subset={subset}")
+    empty = [i for i, x in enumerate(client_x) if int(x.shape[0]) == 0]
+    if empty:
+        raise ValueError(f"a shared RSM set draws from every client; client(s) {empty} have no training samples")
+    out = []
+    for _ in range(size):
+        c = int(torch.randint(len(client_x), (1,), generator=generator))
+        idx = torch.randint(int(client_x[c].shape[0]), (subset,), generator=generator)
+        out.append(client_x[c][idx.to(client_x[c].device)].mean(dim=0))
+    return torch.stack(out), uniform_labels(size, num_classes, client_x[0].device)
 
 
 def mixture_pseudo_data(x_proxy: torch.Tensor, x_local: torch.Tensor, y_local: torch.Tensor, num_classes: int,
@@ -72,21 +97,48 @@ def mixture_pseudo_data(x_proxy: torch.Tensor, x_local: torch.Tensor, y_local: t
     return x / (k + 1), q / (k + 1)
 
 
-def proxy_samples(shape: tuple[int, ...], size: int, seed: int, kind: str = "smooth-noise") -> torch.Tensor:
-    """The globally shared proxy set x_p for Mixture: ``size`` seeded noise samples of input ``shape``.
+def proxy_means(images: torch.Tensor, size: int, mean_size: int, generator: torch.Generator) -> torch.Tensor:
+    """The shared proxy set of Mixture from a proxy dataset (paper: "the sample mean of a proxy dataset", i.e.
+    RSM applied to "irrelevant and globally shared proxy data"): x_p,j = (1/m) sum_{i in S_j} images_i with S_j
+    ``mean_size`` = m indices drawn uniformly WITH replacement (authors' code: scripts/train_fed.py
+    get_augmentation_proxy_data, m = 10). Returns (size, *images.shape[1:])."""
+    n = int(images.shape[0])
+    if n == 0:
+        raise ValueError("the proxy dataset has no images")
+    if size <= 0 or mean_size <= 0:
+        raise ValueError(f"proxy means need size > 0 and mean_size > 0, got size={size}, mean_size={mean_size}")
+    idx = torch.randint(n, (size, mean_size), generator=generator)
+    return images[idx].mean(dim=1)
 
-    The paper asks for "irrelevant and globally shared proxy data" (the authors' code uses means of 10 CIFAR-10
-    images). On our offline data a sample of the global test pool would leak test data into training, so the
-    proxy is synthetic and derived from the run seed only - every client builds the identical set without any
-    transfer, which is what "transfer once" amounts to:
+
+def fit_shape(images: torch.Tensor, shape: tuple[int, ...]) -> torch.Tensor:
+    """Proxy images (N, C, H, W) at the run's input ``shape`` (C, H', W'): the same channels, resized with area
+    averaging when both sides shrink, else bilinear (the authors' CIFAR pairs need none). A vector input shape
+    or another channel count cannot take an image proxy: ValueError."""
+    if tuple(images.shape[1:]) == tuple(shape):
+        return images
+    if len(shape) != 3 or images.dim() != 4 or int(images.shape[1]) != int(shape[0]):
+        raise ValueError(f"proxy images of shape {tuple(images.shape[1:])} cannot stand in for inputs of shape "
+                         f"{tuple(shape)} (an image proxy needs image inputs with the same number of channels)")
+    h, w = int(shape[1]), int(shape[2])
+    shrink = h <= images.shape[2] and w <= images.shape[3]
+    if shrink:
+        return F.interpolate(images, size=(h, w), mode="area")
+    return F.interpolate(images, size=(h, w), mode="bilinear", align_corners=False)
+
+
+def proxy_samples(shape: tuple[int, ...], size: int, seed: int, kind: str = "smooth-noise") -> torch.Tensor:
+    """A generated proxy set x_p for Mixture (``fedbr.proxy`` = smooth-noise / white-noise, our option; the
+    paper's is :func:`proxy_means` of a proxy dataset): ``size`` seeded noise samples of input ``shape``, derived
+    from the run seed only, so every client builds the identical set without any transfer:
       - ``white-noise``: i.i.d. N(0, 1) values;
       - ``smooth-noise``: N(0, 1) noise at 1/4 resolution (at least 2 per axis), upsampled (bilinear for (C, H, W), linear for (D,)),
         which gives blob-like images with image-like spatial correlation.
     Each sample is standardised to zero mean and unit variance, the scale of normalised inputs.
     Built on the CPU in float32 so it is bit-identical on every client.
     """
-    if kind not in PROXY_KINDS:
-        raise ValueError(f"unknown proxy kind '{kind}'; allowed: {', '.join(PROXY_KINDS)}")
+    if kind not in GENERATED_PROXIES:
+        raise ValueError(f"unknown generated proxy kind '{kind}'; allowed: {', '.join(GENERATED_PROXIES)}")
     gen = torch.Generator().manual_seed(int(seed))
     if kind == "white-noise":
         z = torch.randn((size, *shape), generator=gen)

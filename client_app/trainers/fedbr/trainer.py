@@ -28,22 +28,20 @@ from __future__ import annotations
 
 from typing import Callable
 
-import numpy as np
 import torch
 import torch.nn.functional as F
 from torch import nn
 
 from client_app.trainers.base import Trainer, frozen_copy
-from client_app.trainers.fedbr.pseudo_data import (contrastive_loss, mixture_pseudo_data, mixup, proxy_samples,
-                                                   rsm_pseudo_data, similarities, soft_cross_entropy)
+from client_app.trainers.fedbr.pseudo_data import (contrastive_loss, mixture_pseudo_data, mixup, rsm_pseudo_data,
+                                                   similarities, soft_cross_entropy)
+from client_app.trainers.fedbr.shared import proxy_set, set_seed as _seed, shared_rsm
 from client_app.training import LossTerm, Step, TrainStats, local_train
-from flcore.methods.fedbr import (CON_AFTER_MAX, CON_BEFORE_MAX, CON_END, PSEUDO_CE, SIM_GLOBAL, SIM_REAL,
-                                  STATE_KEY, FedBRConfig)
+from flcore.methods.fedbr import (CON_AFTER_MAX, CON_BEFORE_MAX, CON_END, NUM_CLIENTS, PSEUDO_CE, SIM_GLOBAL,
+                                  SIM_REAL, STATE_KEY, br_config)
 
-
-def _seed(*parts: int) -> int:
-    """A 63-bit seed from integers (stable across processes, unlike hash())."""
-    return int(np.random.SeedSequence([int(p) for p in parts]).generate_state(2, np.uint64)[0] >> np.uint64(1))
+# (x, y) of the step's real batch, or None before the round -> (x_p, y~_p)
+PseudoMaker = Callable[[torch.Tensor | None, torch.Tensor | None], tuple[torch.Tensor, torch.Tensor]]
 
 
 # ------------------------------------------------------------------------------------------------ loss terms
@@ -54,14 +52,13 @@ class PseudoBatch(LossTerm):
     when Mixture redraws x_p (the authors' code caches it so); by default it is phi_g of the current x_p (Eq. 5).
     """
 
-    def __init__(self, make: Callable[[], tuple[torch.Tensor, torch.Tensor]], per_step: bool,
-                 need_global: bool, global_once: bool = False) -> None:
+    def __init__(self, make: PseudoMaker, per_step: bool, need_global: bool, global_once: bool = False) -> None:
         self.make, self.per_step, self.need_global, self.global_once = make, per_step, need_global, global_once
         self.x = self.q = self.g = self.z = None
         self._global: nn.Module | None = None
 
-    def _refresh(self) -> None:
-        self.x, self.q = self.make()
+    def _refresh(self, x: torch.Tensor | None = None, y: torch.Tensor | None = None) -> None:
+        self.x, self.q = self.make(x, y)
         if self.need_global and not (self.global_once and self.g is not None):
             with torch.no_grad():
                 self.g = self._global.features(self.x)  # type: ignore[union-attr]
@@ -75,7 +72,7 @@ class PseudoBatch(LossTerm):
 
     def before_step(self, model: nn.Module, x: torch.Tensor, y: torch.Tensor) -> None:
         if self.per_step:
-            self._refresh()
+            self._refresh(x, y)
 
     def loss(self, model: nn.Module, step: Step) -> None:
         self.z = model.features(self.x)  # phi_i(x_p), with graph
@@ -182,37 +179,43 @@ class FedBRTrainer(Trainer):
 
     def __init__(self, job) -> None:
         super().__init__(job)
-        self.fb = job.cfg.section(FedBRConfig)
+        self.fb = br_config(job.cfg)  # fedbr.* or, for fedbr-code, fedbr-code.*
         self._mix: tuple[torch.Tensor, float] | None = None
         self._terms: list[LossTerm] = []
         self._gen = torch.Generator().manual_seed(_seed(job.cfg.seed, job.cid, job.server_round, 13))
 
     # --- pseudo-data -----------------------------------------------------------------------------
-    def pseudo_source(self) -> tuple[Callable[[], tuple[torch.Tensor, torch.Tensor]], bool]:
-        """(function returning (x_p, y~_p), whether it must be called every step)."""
+    def pseudo_source(self) -> tuple[PseudoMaker, bool]:
+        """(function of the step's batch returning (x_p, y~_p), whether it must be called every step)."""
         fb, job, d = self.fb, self.job, self.job.data
         shape = tuple(d.x_train.shape[1:])
-        once = fb.pseudo_refresh == "once"
         if fb.pseudo == "rsm":
-            x, q = self._rsm(once)
-            return (lambda: (x, q)), False
-        proxy_seed = _seed(job.cfg.seed, 0 if once else job.server_round, 11)  # no cid: shared by all
-        proxy = proxy_samples(shape, fb.pseudo_size, proxy_seed, fb.proxy).to(d.x_train.device)
+            if fb.rsm_scope == "shared":
+                xs, qs = shared_rsm(job.cfg, fb, int(job.config.get(NUM_CLIENTS, 0)), job.server_round, job.cid,
+                                    d.x_train)
+                x, q = xs.to(d.x_train.device), qs.to(d.x_train.device)
+            else:
+                x, q = self._rsm(fb.pseudo_refresh == "once")
+            return (lambda xb, yb: (x, q)), False
+        proxy = proxy_set(job.cfg, fb, shape, job.server_round).to(d.x_train.device)
+        from_batch = fb.mixture_partners == "batch"
 
-        def make() -> tuple[torch.Tensor, torch.Tensor]:
-            return mixture_pseudo_data(proxy, d.x_train, d.y_train, d.num_classes, fb.mixture_k, self._gen)
+        def make(xb: torch.Tensor | None, yb: torch.Tensor | None) -> tuple[torch.Tensor, torch.Tensor]:
+            xs, ys = (xb, yb) if from_batch and xb is not None else (d.x_train, d.y_train)
+            return mixture_pseudo_data(proxy, xs, ys, d.num_classes, fb.mixture_k, self._gen)
         return make, fb.mixture_k > 0
 
     def _rsm(self, once: bool) -> tuple[torch.Tensor, torch.Tensor]:
         fb, job, d = self.fb, self.job, self.job.data
-        want = (fb.pseudo_size, *d.x_train.shape[1:])
+        size = fb.pseudo_count(job.cfg.batch_size)
+        want = (size, *d.x_train.shape[1:])
         if once:
             stored = job.state.get_arrays(STATE_KEY)
             if stored is not None and tuple(stored["x"].shape) == want:
                 return (torch.from_numpy(stored["x"]).to(d.x_train.device),
                         torch.from_numpy(stored["q"]).to(d.x_train.device))
         gen = torch.Generator().manual_seed(_seed(job.cfg.seed, job.cid, 0 if once else job.server_round, 17))
-        x, q = rsm_pseudo_data(d.x_train, fb.pseudo_size, fb.rsm_size, d.num_classes, gen)
+        x, q = rsm_pseudo_data(d.x_train, size, fb.rsm_size, d.num_classes, gen)
         if once:
             job.state.put_arrays(STATE_KEY, {"x": x.detach().cpu().numpy(), "q": q.detach().cpu().numpy()})
         return x, q
@@ -256,7 +259,7 @@ class FedBRTrainer(Trainer):
         model, d = self.job.model, self.job.data
         if "proj" not in model.extras:
             raise RuntimeError(f"client {self.job.cid}: FedBR needs model.extras['proj'] "
-                               "(add_projection_head is the method's model hook)")
+                               "(models.extras.add_fedbr_projection is the method's model hook)")
         proj_params = list(model.extras["proj"].parameters())
         params = self.min_step_params()
         self._terms = self.terms()
