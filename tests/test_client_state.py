@@ -34,7 +34,7 @@ BASE = {"dataset": "digits", "model": "mlp", "num-server-rounds": 4, "batch-size
         "max-local-steps": 3, "fraction-train": 0.75, "min-train-nodes": 2, "federated-eval-every": 1,
         "local-test-fraction": 0.25, "seed": 3, "round-retries": 0}
 # overrides that keep a method's state in use (FedUFO: stage two with CGR from round 3; FedBR: RSM pseudo-data)
-OVERRIDES = {"fedbr": {"fedbr.pseudo": "rsm"}, "fedufo": {"fedufo.num-clients": NODES, "fedufo.stage-one-fraction": 0.5},
+OVERRIDES = {"fedbr": {"fedbr.pseudo": "rsm"}, "fedbr-code": {"fedbr-code.pseudo": "rsm", "fedbr-code.rsm-scope": "client"}, "fedufo": {"fedufo.num-clients": NODES, "fedufo.stage-one-fraction": 0.5},
              "fedbc": {"fedbc.lambda-init": 0.05, "fedbc.eta-lambda": 0.1}}
 # every method that declares client state, and the FedBC variants (per-client lambda_k, gamma_k on the server)
 METHODS = {name: OVERRIDES.get(name, OVERRIDES["fedbc"] if "fedbc" in name else {})
@@ -127,7 +127,8 @@ def every_round_checkpoint(monkeypatch):
 def test_the_methods_killed_here_include_every_one_with_client_state():
     assert {"scaffold", "moon", "feddyn", "fedufo", "fedbr", "fedbc", "fedbc-finetune", "per-fedbc"} <= set(METHODS)
     assert {m for m in METHODS if get_method(m).payload.state} == {"scaffold", "moon", "feddyn", "fedufo", "fedbr",
-                                                                   "local", "ditto", "fedper", "fedrod"}
+                                                                   "fedbr-code", "local", "ditto", "fedper", "fedrod",
+                                                                   "pfedme"}
 
 
 def kill_and_resume(tmp_path: Path, method: str, kill: tuple, **over) -> tuple[Path, Path, dict]:
