@@ -26,7 +26,7 @@ from dataclasses import dataclass
 from pathlib import Path
 import numpy as np
 
-from experiments.stats import PairedGain, paired_gain, rule, verdict as ci_verdict
+from experiments.stats import PairedGain, holm, paired_gain, rule, verdict as ci_verdict
 from flcore.config import PROJECT_ROOT
 
 CLAIMS = PROJECT_ROOT / "experiments" / "claims.toml"
@@ -165,20 +165,24 @@ def _p(p: float) -> str:
 def ledger(results_root: Path, claims: list[Claim], titles: dict[str, str]) -> str:
     """The markdown section (table + reasons)."""
     lines = [INTRO.read_text().rstrip("\n"), "", rule(), "",
-             "| claim | paper | paper's figure | our setting | baseline | method | n | gain (pp) | 95 % CI | p | verdict |",
-             "|---|---|---|---|---|---|---|---|---|---|---|"]
+             "| claim | paper | paper's figure | our setting | baseline | method | n | gain (pp) | 95 % CI | p | "
+             "p (Holm) | verdict |",
+             "|---|---|---|---|---|---|---|---|---|---|---|---|"]
     reasons = []
+    measured = {c.id: measure(results_root, c) for c in claims}
+    run = [cid for cid, m in measured.items() if m is not None]
+    adjusted = dict(zip(run, holm([measured[cid].gain.p for cid in run])))
     for c in claims:
-        m = measure(results_root, c)
+        m = measured[c.id]
         v = verdict(m, c.paper_gain)
         setting = f"{titles.get(c.experiment, c.experiment)} ([section](#{_anchor(titles.get(c.experiment, c.experiment))}))"
         if m is None:
-            cells = ["–", "–", "0", "–", "–", "–"]
+            cells = ["–", "–", "0", "–", "–", "–", "–"]
         else:
             g = m.gain
             n = f"{m.seeds}" + (f" (min-seeds {c.min_seeds})" if c.min_seeds < MIN_SEEDS else "")
             cells = [f"{c.baseline}: {_pm(m.baseline)}", f"{c.method}: {_pm(m.method)}", n, f"{g.mean:+.2f}",
-                     f"[{g.ci[0]:+.2f}, {g.ci[1]:+.2f}]", _p(g.p)]
+                     f"[{g.ci[0]:+.2f}, {g.ci[1]:+.2f}]", _p(g.p), _p(adjusted[c.id])]
         lines.append(f"| {c.claim} | {c.paper} | {c.paper_figure} | {setting} | " + " | ".join(cells) + f" | **{v}** |")
         if v == "not run":
             reasons.append(f"- **{c.id}** (not run): results/{c.experiment}/ has fewer than {c.min_seeds} finished "

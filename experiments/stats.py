@@ -70,6 +70,24 @@ def verdict(gain: PairedGain, paper_gain: float | None) -> str:
     return "reproduced"
 
 
+def holm(pvalues: Sequence[float]) -> list[float]:
+    """Holm's step-down adjustment of ``pvalues`` (in their order): the i-th smallest p times (m - i + 1),
+    made monotone and capped at 1. It controls the family-wise error rate, the chance of any false verdict
+    among the ledger's rows, under any dependence between them; the ledger states each row's verdict on its
+    own, so this (not Benjamini-Hochberg's false discovery rate) is the error it must bound."""
+    m = len(pvalues)
+    order = sorted(range(m), key=lambda i: pvalues[i])
+    out = [0.0] * m
+    running = 0.0
+    for rank, i in enumerate(order):
+        p = float(pvalues[i])
+        if not 0 <= p <= 1:
+            raise ValueError(f"p-values must be in [0, 1], got {p}")
+        running = max(running, min(1.0, (m - rank) * p))
+        out[i] = running
+    return out
+
+
 def rule(confidence: float = CONFIDENCE) -> str:
     """The verdict rule in words, printed above the ledger."""
     pct = f"{100 * confidence:g} %"
@@ -77,4 +95,6 @@ def rule(confidence: float = CONFIDENCE) -> str:
             f"p: two-sided paired t-test): **reproduced** — the interval lies above 0 and the mean gain is at least "
             f"half the paper's gain (a claim without a paper figure: the interval above 0); **smaller than "
             f"claimed** — above 0, mean below half the paper's gain; **inconclusive** — the interval contains 0; "
-            f"**contradicted** — the interval lies below 0.")
+            f"**contradicted** — the interval lies below 0. p (Holm): the raw p adjusted by Holm's step-down method over the "
+            f"ledger's measured rows (the family-wise error of all its verdicts together); the verdict words are "
+            f"read off the unadjusted interval.")

@@ -74,7 +74,8 @@ def test_ledger_prints_the_rule_n_ci_p_and_reason_only_when_a_claim_fails(tmp_pa
     assert "**reproduced**" in text and "**contradicted**" in text
     assert "- **bad** (contradicted): the cause" in text and "- **good**" not in text
     g = paired_gain([10, 11, 12, 10, 12])
-    assert g.p < 0.001 and f"| 5 | +11.00 | [{g.ci[0]:+.2f}, {g.ci[1]:+.2f}] | < 0.001 | **reproduced** |" in text
+    assert g.p < 0.001 and f"| 5 | +11.00 | [{g.ci[0]:+.2f}, {g.ci[1]:+.2f}] | < 0.001 | < 0.001 | **reproduced** |" in text
+    assert "| p | p (Holm) | verdict |" in text
     assert "base: 80.00 ± 0.00" in text
     noted = ledger(tmp_path, [Claim("good", "P", "up", "f", 5.0, "e", "base", "up", reason="a caveat")], {"e": "E"})
     assert "- **good** (reproduced): a caveat" in noted      # a reproduced claim's reason is printed as a caveat

@@ -68,3 +68,27 @@ def test_the_rule_states_every_verdict_and_the_method():
     text = rule()
     for word in ("reproduced", "smaller than", "inconclusive", "contradicted", "95 %", "ddof = 1", "half"):
         assert word in text
+
+
+def test_holm_by_hand_and_monotone():
+    from experiments.stats import holm
+
+    # m = 4: sorted 0.01, 0.02, 0.03, 0.5 -> 0.04, 0.06, 0.06 (monotone: max(0.06, 0.03 x 2)), min(1, 0.5)
+    assert holm([0.03, 0.5, 0.01, 0.02]) == pytest.approx([0.06, 0.5, 0.04, 0.06])
+    assert holm([0.4, 0.6]) == pytest.approx([0.8, 0.8])          # capped monotone: max(0.8, 0.6)
+    assert holm([0.9, 0.95, 0.99]) == [1.0, 1.0, 1.0]
+    assert holm([]) == []
+    with pytest.raises(ValueError, match=r"\[0, 1\]"):
+        holm([0.1, 1.5])
+
+
+def test_holm_matches_its_definition_on_random_p():
+    import numpy as np
+
+    from experiments.stats import holm
+
+    p = np.random.default_rng(3).uniform(size=9)
+    order = np.argsort(p)
+    want = np.maximum.accumulate(np.minimum(1, (9 - np.arange(9)) * p[order]))
+    got = np.array(holm(list(p)))[order]
+    assert np.allclose(got, want)
