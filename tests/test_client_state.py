@@ -128,7 +128,7 @@ def test_the_methods_killed_here_include_every_one_with_client_state():
     assert {"scaffold", "moon", "feddyn", "fedufo", "fedbr", "fedbc", "fedbc-finetune", "per-fedbc"} <= set(METHODS)
     assert {m for m in METHODS if get_method(m).payload.state} == {"scaffold", "moon", "feddyn", "fedufo", "fedbr",
                                                                    "fedbr-code", "local", "ditto", "fedper", "fedrod",
-                                                                   "pfedme", "fml"}
+                                                                   "pfedme", "fml", "apple"}
 
 
 def kill_and_resume(tmp_path: Path, method: str, kill: tuple, **over) -> tuple[Path, Path, dict]:
