@@ -40,14 +40,22 @@ OMEGA_TT = "fedmtl-omega-tt"     # config key: Omega_tt, this client's diagonal 
 EIG_FLOOR = 1e-7                 # run_mocha.m: dm(dm <= 1e-7) = 1e-7
 
 
+def omega_from_gram(a: np.ndarray) -> np.ndarray:
+    """Omega = (A^{1/2} / tr A^{1/2})^{-1} from the Gram matrix A = W^T W, eigenvalues floored at 1e-7 (run_mocha.m)."""
+    a = np.asarray(a, dtype=np.float64)
+    if a.ndim != 2 or a.shape[0] != a.shape[1] or a.shape[0] == 0:
+        raise ValueError(f"FedMTL: W^T W must be a non-empty square matrix, got {a.shape}")
+    vals, vecs = np.linalg.eigh((a + a.T) / 2)
+    roots = np.sqrt(np.maximum(vals, EIG_FLOOR))
+    return (vecs * (roots.sum() / roots)) @ vecs.T
+
+
 def omega_from_models(w: np.ndarray) -> np.ndarray:
-    """Omega = (A^{1/2} / tr A^{1/2})^{-1} with A = W^T W (eigenvalues floored at 1e-7), W = (d, K) (run_mocha.m)."""
+    """Omega from W = (d, K) itself (omega_from_gram of W^T W)."""
     w = np.asarray(w, dtype=np.float64)
     if w.ndim != 2 or w.shape[1] == 0:
         raise ValueError(f"FedMTL: W must be (entries, clients), got {w.shape}")
-    vals, vecs = np.linalg.eigh(w.T @ w)
-    roots = np.sqrt(np.maximum(vals, EIG_FLOOR))
-    return (vecs * (roots.sum() / roots)) @ vecs.T
+    return omega_from_gram(w.T @ w)
 
 
 @dataclass(frozen=True)

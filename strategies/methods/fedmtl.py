@@ -15,7 +15,7 @@ import numpy as np
 from flwr.app import ArrayRecord, ConfigRecord, RecordDict
 
 from flcore.config import RunConfig
-from flcore.methods.fedmtl import COUPLING, OMEGA_TT, omega_from_models
+from flcore.methods.fedmtl import COUPLING, OMEGA_TT, omega_from_gram
 from flcore.records import params_to_record
 from strategies.aggregation import weighted_average
 from strategies.base import ClientUpdate, FLStrategy, Params
@@ -73,9 +73,11 @@ class FedMTLStrategy(FLStrategy):
             self.models[int(u.cid)] = copied(u.params)
         ids = sorted(int(c) for c in self.clients)
         names = floating(self.initial if self.initial is not None else params)
-        w = np.stack([np.concatenate([np.asarray(self.model_of(c)[k], np.float64).ravel() for k in names])
-                      for c in ids], axis=1)
-        self.omega_ids, self.omega = ids, omega_from_models(w)
+        gram = np.zeros((len(ids), len(ids)))
+        for k in names:  # W^T W entry by entry: never the (d, K) matrix itself (d is the model size)
+            cols = np.stack([np.asarray(self.model_of(c)[k], np.float64).ravel() for c in ids], axis=1)
+            gram += cols.T @ cols
+        self.omega_ids, self.omega = ids, omega_from_gram(gram)
         self._info = {"fedmtl-omega-diag-mean": float(np.mean(np.diag(self.omega))),
                       "fedmtl-omega-offdiag-mean": float((self.omega.sum() - np.trace(self.omega))
                                                          / max(len(ids) * (len(ids) - 1), 1))}
