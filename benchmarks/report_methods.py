@@ -34,6 +34,7 @@ def section_methods(doc: Doc | None) -> list[str]:
     notes = [T.text("method_note", method=m, note=T.text(_why(m))) for m in doc["table"] if _why(m) in T.blocks]
     if notes:
         out += T.lines("costs_intro") + notes + [""]
+    out += T.lines("unmeasured_costs") + [""]
     if doc.get("missing"):
         out += T.lines("missing_intro") + [T.text("method_note", method=m, note=why)
                                            for m, why in doc["missing"].items()] + [""]
