@@ -3,7 +3,8 @@ at work in a default run (issue 19).
 
     OMP_NUM_THREADS=1 python -m benchmarks.bench_lra_eval [--rounds 10] [--clients 10] [--repeats 3]
 
-1. A FedRANE run with every FedRANE default (inductive evaluation, row-mean graph cut, normalized GNE step) on
+1. A FedRANE run with every FedRANE default of before issue 40 (inductive evaluation, row-mean graph cut,
+   normalized GNE step; since then method fedrane-repaired, which this benchmark runs) on
    digits, Dirichlet(0.5), ``--clients`` clients, ConvNet, 5 local epochs (the paper's E), in-process (tests/fakegrid.py, the real ClientApp),
    with a 25% local test split so that P-FL graphs are measured too. Per round: G-FL accuracy, the graph
    density of the clients' training graphs, of their P-FL graphs and of the server's G-FL graphs, and the GNE
