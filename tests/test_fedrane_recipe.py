@@ -170,3 +170,23 @@ def test_an_idle_client_is_left_out_of_the_nash_solve_with_gne_drop_idle():
     assert paper.round_metrics()["gne-status"] == "degenerate"
     nobody = GNEStrategy(cfg_of("fedrane-code"))
     np.testing.assert_array_equal(nobody.aggregate(1, params(theta), [idle])["w"], params(theta)["w"])
+
+
+def test_the_kept_optimizer_and_schedule_are_persisted_client_state(tmp_path):
+    """Through the real ClientApp: with client-state-dir the momentum buffers and the StepLR counter are written
+    per client and round, as SCAFFOLD's c_i (client_app/state.py)."""
+    from flcore import safe_files
+    from server_app.runner import run_federation
+    from tests.fakegrid import FakeGrid
+
+    values = resolve_run_config({"method": "fedrane-code", "dataset": "digits", "num-server-rounds": 2,
+                                 "batch-size": 16, "max-local-steps": 1, "fraction-train": 1.0, "checkpoint": False,
+                                 "client-state-dir": str(tmp_path / "state"), "out-dir": str(tmp_path / "run")})
+    run_federation(FakeGrid(2), RunConfig.from_dict(values))
+    last = sorted((tmp_path / "state").glob("run-*/client-*/r000002-*.pt"))
+    assert len(last) == 2                                            # both clients, after round 2
+    for path in last:
+        entries = safe_files.load(path, "client-state")["entries"]
+        kind, buffers = entries[STATE_OPTIMIZER]
+        assert kind == "arrays" and buffers and all(np.any(np.asarray(v) != 0) for v in buffers.values())
+        assert entries[STATE_SCHEDULE] == ("config", {"trainings": 2})

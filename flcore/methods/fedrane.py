@@ -255,7 +255,9 @@ LRA = "client_app.trainers.fedrane:LRATrainer"
 NECK = "models.fedrane.neck:add_lra_neck"
 PREDICTOR = "models.fedrane.neck:add_predictor"
 LRA_METRICS = (CD_LOSS, TRAIN_DENSITY, EVAL_DENSITY)
-LRA_STATE = (STATE_OPTIMIZER, STATE_SCHEDULE)   # kept only with persistent-optimizer / lr-step-epochs
+# client state of persistent-optimizer / lr-step-epochs: declared where they are on by default (fedrane-code); the
+# other LRA methods keep the same entries when a run sets those keys
+LRA_STATE = (STATE_OPTIMIZER, STATE_SCHEDULE)
 CODE_RECIPE = {"lr": 0.1, "momentum": 0.9, "weight-decay": 1e-5, "local-epochs": 10, "batch-size": 128}
 CODE_RECIPE_SOURCES = {
     "lr": REPO + MAIN + " argument --local_learning_rate (default 0.1; the README's command passes -lr 0.01)",
@@ -272,12 +274,12 @@ REPAIRED_REASON = ("FedRANE with our repairs, the fedrane defaults before issue 
                    "62.7 % (FedAvg 68.5 %); docs/METHODS.md")
 METHODS = [
     MethodDecl("fedrane", PAPER, GNE, LRA, config=FedRANEConfig, model_hook=NECK,
-               payload=Payload(metrics=LRA_METRICS, state=LRA_STATE),
+               payload=Payload(metrics=LRA_METRICS),
                description="FedRANE as the paper writes it (Sec. 3.2-3.4, Eqs. 2-16; docs/METHODS.md)"),
     MethodDecl("fedrane-no-lra", PAPER, GNE, BASE_TRAINER, config=FedRANEConfig, model_hook=PREDICTOR,
                description="ablation FedRANE-w/o-LRA: GNE aggregation, plain clients with FedRANE's predictor"),
     MethodDecl("fedrane-no-gne", PAPER, FEDAVG_STRATEGY, LRA, config=FedRANEConfig, model_hook=NECK,
-               payload=Payload(metrics=LRA_METRICS, state=LRA_STATE),
+               payload=Payload(metrics=LRA_METRICS),
                description="ablation FedRANE-w/o-GNE: LRA clients, weighted averaging"),
     MethodDecl("fedrane-code", PAPER, GNE, LRA, config=FedRANECodeConfig, model_hook=NECK,
                payload=Payload(metrics=LRA_METRICS + (MIXUP_LOSS,), state=LRA_STATE),
@@ -285,7 +287,7 @@ METHODS = [
                description="FedRANE as the authors' public code runs it, recipe included (keys fedrane-code.*, "
                            "docs/METHODS.md)"),
     MethodDecl("fedrane-repaired", PAPER, GNE, LRA, config=FedRANERepairedConfig, model_hook=NECK,
-               payload=Payload(metrics=LRA_METRICS, state=LRA_STATE), description=REPAIRED_REASON),
+               payload=Payload(metrics=LRA_METRICS), description=REPAIRED_REASON),
 ]
 __all__ = ["ConfigError", "FedRANEConfig", "FedRANECodeConfig", "FedRANERepairedConfig", "METHODS",
            "rane_config"]
