@@ -120,7 +120,7 @@ def test_steplr_is_stepped_once_per_local_training_of_the_client():
     assert LRATrainer(job).optim_config().lr == pytest.approx(0.1)
 
 
-def test_drop_last_batches_are_all_full():
+def test_drop_last_batches_are_all_full(caplog):
     x, y = torch.arange(23.0).view(-1, 1), torch.arange(23)
     full = [len(b[1]) for b in minibatches(x, y, 5, torch.Generator().manual_seed(0), drop_last=True)]
     assert full == [5, 5, 5, 5]
@@ -128,6 +128,11 @@ def test_drop_last_batches_are_all_full():
     c = cfg_of("fedrane-code", **{"local-epochs": 3, "batch-size": 16})
     reply = train(c, build_model(c, (64,), 10), ClientState(RecordDict(), 0))
     assert reply.metrics["local-steps"] == 3 * (40 // 16)           # 2 full batches of 16 per epoch, not 3
+    recipe = cfg_of("fedrane-code")                                 # B = 128 > 40 rows: no step, and it says so
+    with caplog.at_level("WARNING"):
+        reply = train(recipe, build_model(recipe, (64,), 10), ClientState(RecordDict(), 0))
+    assert reply.metrics["local-steps"] == 0
+    assert "40 training rows < batch-size 128 with fedrane-code.drop-last" in caplog.text
 
 
 def test_flat_features_are_the_authors_cnnmodel():

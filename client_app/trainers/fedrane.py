@@ -27,6 +27,7 @@ the client state ``fedrane-lr-schedule``) uses lr gamma^floor(k / (s E)) (train_
 from __future__ import annotations
 
 import dataclasses
+import logging
 
 import numpy as np
 import torch
@@ -41,6 +42,8 @@ from flcore.methods.fedrane import (CD_LOSS, EVAL_DENSITY, MIXUP_LOSS, STATE_OPT
 from models.evaluation import eval_support
 from models.device_sum import DeviceSum
 from models.fedrane.neck import LRANeck, contrastive_discrimination
+
+log = logging.getLogger(__name__)
 
 
 class ContrastiveTerm(LossTerm):
@@ -184,6 +187,10 @@ class LRATrainer(Trainer):
         state carries from round to round; with ``lr-step-epochs`` the StepLR counter advances by one."""
         cfg, d, state = self.neck.cfg, self.job.data, self.job.state
         opt_cfg = self.optim_config()
+        if opt_cfg.drop_last and d.num_train < opt_cfg.batch_size:
+            log.warning("client %s: %s training rows < batch-size %s with %s.drop-last: no local step this round "
+                        "(as in the authors' code, whose server counts only clients with at least a batch)",
+                        self.job.cid, d.num_train, opt_cfg.batch_size, cfg.NAME)
         optimizer = None
         named = [(n, p) for n, p in self.job.model.named_parameters() if p.requires_grad]
         if cfg.persistent_optimizer:
