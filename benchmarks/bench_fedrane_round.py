@@ -34,6 +34,7 @@ os.environ.setdefault("OMP_NUM_THREADS", "1")
 import torch  # noqa: E402
 
 from benchmarks.harness import loadavg, machine, parser, print_report, set_overrides, write_result  # noqa: E402
+from flcore.methods.fedrane import before_issue_40  # noqa: E402
 
 PRESET = "fedrane-fmnist-dir01"
 # where a FedRANE round spends its time: (label, file suffix, function name) of the cProfile entries
@@ -46,7 +47,9 @@ PHASES = (("local training (all methods' loop, graph included)", "client_app/tra
 
 
 def job(method: str, clients: int, epochs: int, max_steps: int, out_dir: Path) -> dict[str, Any]:
-    return {"preset": PRESET, "method": method, "num-server-rounds": 1, "local-epochs": epochs,
+    # the FedRANE values its recorded results ran with (the defaults before issue 40)
+    return {"preset": PRESET, "method": method, **before_issue_40("fedrane"), **before_issue_40("fedrane-code"),
+            "fedrane.lra-cut": "none", "num-server-rounds": 1, "local-epochs": epochs,
             "max-local-steps": max_steps, "checkpoint": False, "out-dir": str(out_dir)}
 
 

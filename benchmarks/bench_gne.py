@@ -37,6 +37,7 @@ from benchmarks.harness import machine, parser, write_result  # noqa: E402
 from client_app.training import OptimConfig, make_optimizer  # noqa: E402
 from flcore.config import RunConfig, resolve_run_config  # noqa: E402
 from models import build_model  # noqa: E402
+from flcore.methods.fedrane import before_issue_40  # noqa: E402
 from models.fedrane.neck import contrastive_discrimination  # noqa: E402
 from strategies.base import ClientUpdate  # noqa: E402
 from strategies.methods.fedrane.strategy import GNEStrategy  # noqa: E402
@@ -45,8 +46,9 @@ INPUT_SHAPES = {"mlp": (1, 28, 28), "convnet": (1, 28, 28), "resnet18": (3, 32, 
 
 
 def fedrane_config(model: str, **over) -> RunConfig:
+    # the fedrane defaults its recorded results ran with (before issue 40)
     return RunConfig.from_dict(resolve_run_config({"dataset": "mnist-5k", "model": model, "method": "fedrane",
-                                                   **over}))
+                                                   **before_issue_40("fedrane"), **over}))
 
 
 def global_params(cfg: RunConfig, model: str) -> dict[str, np.ndarray]:

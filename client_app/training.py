@@ -9,7 +9,9 @@ Per minibatch (x, y):
     optimizer.step()
     for t in terms: t.after_step(model, step)         # e.g. FedUFO's discriminator update
 Local SGD has optional momentum and weight decay. Batches come from an in-memory tensor iterator
-(no DataLoader workers: the data is small and already on the device), shuffled by a seeded generator.
+(no DataLoader workers: the data is small and already on the device), shuffled by a seeded generator; with
+``OptimConfig.drop_last`` an epoch's last, partial batch is skipped (DataLoader(drop_last=True)). A trainer that
+keeps its optimizer's state between calls (momentum across rounds) passes the optimizer in (``optimizer=``).
 """
 
 from __future__ import annotations
@@ -70,6 +72,7 @@ class OptimConfig:
     momentum: float = 0.0
     weight_decay: float = 0.0
     max_steps: int = 0  # 0 = no cap
+    drop_last: bool = False  # skip each epoch's last, partial minibatch
 
 
 @dataclass
@@ -92,11 +95,13 @@ class TrainStats:
 
 
 def minibatches(x: torch.Tensor, y: torch.Tensor, batch_size: int, generator: torch.Generator | None,
-                shuffle: bool = True) -> Iterator[tuple[torch.Tensor, torch.Tensor]]:
+                shuffle: bool = True, drop_last: bool = False) -> Iterator[tuple[torch.Tensor, torch.Tensor]]:
+    """Minibatches of (x, y) in a (seeded) random order; ``drop_last``: without the last, partial one."""
     n = x.shape[0]
     order = torch.randperm(n, generator=generator) if shuffle else torch.arange(n)
     order = order.to(x.device, non_blocking=True)  # from pageable memory: no wait for the stream
-    for start in range(0, n, batch_size):
+    stop = n - n % batch_size if drop_last else n
+    for start in range(0, stop, batch_size):
         idx = order[start:start + batch_size]
         yield x[idx], y[idx]
 
@@ -140,21 +145,24 @@ def local_train(model: nn.Module, x: torch.Tensor, y: torch.Tensor, cfg: OptimCo
                 terms: Sequence[LossTerm] = (), generator: torch.Generator | None = None,
                 forward: Forward = default_forward,
                 criterion: Callable[[torch.Tensor, torch.Tensor], torch.Tensor] = F.cross_entropy,
-                params: Sequence[nn.Parameter] | None = None) -> TrainStats:
+                params: Sequence[nn.Parameter] | None = None,
+                optimizer: torch.optim.Optimizer | None = None) -> TrainStats:
     """Run ``cfg.epochs`` epochs of minibatch SGD on (x, y) with the given loss terms.
 
     ``params`` restricts what the optimizer updates (default: every trainable parameter of the model
-    outside ``model.extras``-owned modules that a term trains itself is up to that term).
+    outside ``model.extras``-owned modules that a term trains itself is up to that term). ``optimizer``: one
+    the caller built over those parameters and keeps (its state, e.g. momentum buffers, outlives this call);
+    default a fresh :func:`make_optimizer` from ``cfg``.
     """
     model.train()
     trainable = list(params) if params is not None else [p for p in model.parameters() if p.requires_grad]
-    opt = make_optimizer(trainable, cfg)
+    opt = optimizer if optimizer is not None else make_optimizer(trainable, cfg)
     stats = TrainStats()
     for term in terms:
         term.begin(model)
     done = False
     for epoch in range(cfg.epochs):
-        for xb, yb in minibatches(x, y, cfg.batch_size, generator):
+        for xb, yb in minibatches(x, y, cfg.batch_size, generator, drop_last=cfg.drop_last):
             for term in terms:
                 term.before_step(model, xb, yb)
             logits, feats = forward(model, xb, yb)

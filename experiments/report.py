@@ -184,6 +184,17 @@ def setting(doc: dict[str, Any]) -> str:
 
 PRESETS_INTRO = PROJECT_ROOT / "docs" / "templates" / "RESULTS_presets.md"
 UNTUNED = PROJECT_ROOT / "docs" / "templates" / "RESULTS_untuned.md"  # note for experiments without tuning
+# per experiment a note printed under its section's description (e.g. which method defaults its runs used)
+MARKS = PROJECT_ROOT / "docs" / "templates" / "RESULTS_marks.toml"
+
+
+def section_mark(name: str) -> list[str]:
+    """The note docs/templates/RESULTS_marks.toml holds for experiment ``name`` (its [marks] table), as lines."""
+    if not MARKS.exists():
+        return []
+    with MARKS.open("rb") as fh:
+        note = tomllib.load(fh).get("marks", {}).get(name)
+    return [f"**Note.** {note.strip()}", ""] if note else []
 
 
 def _grid_line(doc: dict[str, Any]) -> str:
@@ -310,7 +321,7 @@ def experiment_section(exp_dir: Path) -> list[str]:
     fig = plot(exp_dir.name, runs)
     target = first["final"].get("target_accuracy")
     return [f"## {meta.get('title', exp_dir.name)}", "",
-            meta.get("description", "").strip(), "",
+            meta.get("description", "").strip(), "", *section_mark(exp_dir.name),
             f"Experiment `{exp_dir.name}` (config `experiments/configs/` → copy in `results/{exp_dir.name}/experiment.toml`); "
             f"{meta.get('num-supernodes', first['final'].get('num_clients'))} clients; target accuracy {target}. "
             f"Common setting: {setting(first)}.", "", stacks_line(runs), "", *split_note(exp_dir),

@@ -37,8 +37,10 @@ RANE = ("FedRANE: Liao et al., 'Joint Local Relational Augmentation and Global N
 RANE_SOURCE = ("Sec. 4.1 'Implementation Details': K = 20, batch 128, SGD lr 0.5, 5 local epochs, tau_1 = 0.8, "
                "lambda_G = 0.1, lambda_CD = 0.2, ConvNet (64-d embedding) for EMNIST/FMNIST, ResNet (512-d) for "
                "CIFAR; 'Datasets': Dirichlet(alpha) label split, local train set = 75% of a client's data, local "
-               "test set the rest; Sec. 3.3, Eqs. 2-4: the SLIM weights B by alternating closed forms, the graph "
-               "G = (V, A) with A = (|B| + |B^T|)/2 as its edges (every A_ij > 0 an edge: N_i = {j : A_ij > 0}); "
+               "test set the rest; Sec. 3.3, Eqs. 2-4: the SLIM weights B by alternating closed forms (H = "
+               "(P^T P + lambda_G (Phi + Phi^T))^-1), the graph G = (V, A) with A = (|B| + |B^T|)/2 as its edges "
+               "(every A_ij > 0 an edge: N_i = {j : A_ij > 0}); Eq. 5: messages without a residual term; Sec. 3.2: "
+               "the predictor a multi-layer perceptron; "
                "Table 1 (G-FL) / Table 2 (P-FL): the alpha column")
 RANE_CHOICES = {
     "momentum": "the paper names plain 'SGD' with lr 0.5 and no momentum; momentum 0.9 at lr 0.5 would be a "
@@ -50,9 +52,11 @@ RANE_CHOICES = {
     "fedrane.gne-scale": "the paper seeks the update in a ball of radius r = K; the literal theta + G p has norm "
                          "sqrt(K) whatever the client updates (docs/FEDRANE.md); the authors' code normalises "
                          "p / sum p, which we take",
-    "fedrane.lra-eval": "the paper does not say how test samples form graphs; inductive evaluation (each test "
-                        "sample with a fixed support set of training data) keeps a prediction independent of the "
-                        "other test samples (issue 19)",
+    "fedrane.lra-eval": "the paper states no evaluation graph; the authors' server evaluates the predictor on the "
+                        "normalised features without one (serverFedRANE.py FedRANE.evaluate), so 'identity' "
+                        "(issue 40; before it 'inductive', now fedrane-repaired's)",
+    "fedrane.lra-predictor": "the paper's 'multi-perception layer module' (Sec. 3.2) with no depth or width: one "
+                             "hidden layer of the feature dimension (docs/METHODS.md)",
 }
 RANE_SETTINGS = [("fmnist", 0.1, "convnet", "Fashion-MNIST"), ("fmnist", 0.5, "convnet", "Fashion-MNIST"),
                  ("cifar10", 0.1, "resnet18", "CIFAR-10"), ("cifar10", 0.5, "resnet18", "CIFAR-10"),
@@ -70,7 +74,8 @@ def _rane(dataset: str, alpha: float, model: str, label: str) -> Preset:
                          "authors' base, L2-normalised features on a frozen orthogonal classifier (their "
                          "clientFedRANE.py; method='fedrane-code', docs/FEDRANE.md); our ConvNet with its linear "
                          "head diverges at it (round-1 updates NaN or rejected for their norm, G-FL at chance: the "
-                         "short runs below). What runs instead: lr=0.05 with this preset (learns without a "
+                         "short runs below; measured before issue 40, with the linear predictor and residual message "
+                         "passing). What runs instead: lr=0.05 with this preset (learns without a "
                          "rejection; in fedrane-fmnist-dir01's short runs FedRANE more slowly than FedAvg). "
                          "method='fedrane-code' (the authors' base) at lr 0.5 rejected nothing there but was still "
                          "at chance after its short run")
@@ -81,8 +86,9 @@ def _rane(dataset: str, alpha: float, model: str, label: str) -> Preset:
          "model": model, "local-test-fraction": 0.25, "batch-size": 128, "lr": 0.5, "momentum": 0.0,
          "weight-decay": 0.0, "local-epochs": 5, "fraction-train": 1.0, "num-server-rounds": 100,
          "fedrane.lra-tau": 0.8, "fedrane.lra-lambda-g": 0.1, "fedrane.lra-lambda-cd": 0.2,
-         "fedrane.lra-graph": "alternating", "fedrane.lra-cut": "none", "fedrane.lra-steps": 1,
-         "fedrane.gne-scale": "normalized", "fedrane.lra-eval": "inductive"},
+         "fedrane.lra-graph": "alternating", "fedrane.lra-slim-update": "paper", "fedrane.lra-cut": "none",
+         "fedrane.lra-steps": 1, "fedrane.lra-residual": False, "fedrane.lra-predictor": "mlp",
+         "fedrane.gne-scale": "normalized", "fedrane.lra-eval": "identity"},
         choices, num_supernodes=20)
 
 

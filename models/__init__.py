@@ -33,12 +33,15 @@ def head_name(cfg: RunConfig) -> str:
 def build_model(cfg: RunConfig, in_shape: tuple[int, ...], num_classes: int) -> FLModel:
     """Seeded construction: the same config gives the same initial weights on server and clients."""
     torch.manual_seed(cfg.seed)
-    backbone, dim = BACKBONES[model_name(cfg)](tuple(in_shape))
+    name = model_name(cfg)
+    backbone, dim = BACKBONES[name](tuple(in_shape))
     if head_name(cfg) == "etf":
         head: torch.nn.Module = ETFHead(dim, num_classes, seed=cfg.seed, scale=cfg.etf_scale)
     else:
         head = LinearHead(dim, num_classes)
     model = FLModel(backbone, head, dim, num_classes)
+    # what the backbone was built from, for a model hook that rebuilds the extractor (FedRANE's flat-features)
+    model.input_shape, model.backbone_name = tuple(in_shape), name
     hook = get_method(cfg.method).model_hook
     if hook:
         resolve(hook)(model, cfg)

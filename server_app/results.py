@@ -134,7 +134,9 @@ def summarize(rounds: list[dict[str, Any]], target: float, num_clients: int = 0)
 
 # run-config keys that say where and how a run was written or polled, not what it computed
 NOT_COMPARED = frozenset({"out-dir", "overwrite", "resume-from", "checkpoint", "client-state-dir",
-                          "reply-poll-interval"})
+                          "reply-poll-interval",
+                          # bookkeeping: whether a preset or method recipe was applied (its values are compared)
+                          "preset-applied"})
 
 
 def recorded_config_changes(out_dir: Path, cfg: RunConfig) -> list[str]:

@@ -39,7 +39,9 @@ COMMON: dict[str, Any] = {"dataset": "digits", "partition": "dirichlet", "dirich
 NUM_NODES = 4
 # job name -> overrides (the job's method is its name unless "method" is given); tweaks keep mechanisms active
 PER_JOB: dict[str, dict[str, Any]] = {
-    "fedrane": {"model": "convnet"},  # FedRANE's defaults: inductive evaluation, row-mean graph cut
+    "fedrane": {"model": "convnet"},  # the paper's defaults (issue 40): complete graph, no residual, mlp predictor
+    "fedrane-repaired": {"model": "convnet"},  # the fedrane defaults before issue 40: fedrane's old digest exactly
+    "fedrane-code": {"model": "convnet"},  # the authors' CNNModel extractor (flat-features), kept optimizer, StepLR
     "fedrane-no-gne": {"model": "convnet", "fedrane.lra-topk": 3, "fedrane.lra-cut": "none",
                        "fedrane.lra-eval": "transductive"},  # the options: top-k graph, transductive evaluation
     "fedrane-newton": {"method": "fedrane-no-lra", "fedrane.gne-solver": "newton", "fedrane.gne-scale": "fedavg-norm"},

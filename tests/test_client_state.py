@@ -78,8 +78,13 @@ def make_cfg(out: Path, method: str, **over) -> RunConfig:
 
 
 def rows(out: Path) -> list[dict]:
+    """The round rows' compared values; a strategy's wall-time entries (GNE's ``gne-*-seconds``) are left out."""
     doc = json.loads((out / "results.json").read_text())
-    return [{k: r.get(k) for k in ROW_KEYS} for r in doc["rounds"]]
+    return [{k: untimed(r.get(k)) if k == "strategy" else r.get(k) for k in ROW_KEYS} for r in doc["rounds"]]
+
+
+def untimed(strategy):
+    return {k: v for k, v in strategy.items() if not k.endswith("-seconds")} if isinstance(strategy, dict) else strategy
 
 
 def final(out: Path) -> dict[str, torch.Tensor]:
@@ -128,7 +133,7 @@ def test_the_methods_killed_here_include_every_one_with_client_state():
     assert {"scaffold", "moon", "feddyn", "fedufo", "fedbr", "fedbc", "fedbc-finetune", "per-fedbc"} <= set(METHODS)
     assert {m for m in METHODS if get_method(m).payload.state} == {"scaffold", "moon", "feddyn", "fedufo", "fedbr",
                                                                    "fedbr-code", "local", "ditto", "fedper", "fedrod",
-                                                                   "pfedme", "fml", "apple"}
+                                                                   "pfedme", "fml", "apple", "fedrane-code"}
 
 
 def kill_and_resume(tmp_path: Path, method: str, kill: tuple, **over) -> tuple[Path, Path, dict]:

@@ -13,7 +13,7 @@ import torch.nn.functional as F
 
 from client_app.trainers.fedrane import mix_batch
 from flcore.config import RunConfig, resolve_run_config
-from flcore.methods.fedrane import FedRANECodeConfig, FedRANEConfig, rane_config
+from flcore.methods.fedrane import FedRANECodeConfig, FedRANEConfig, FedRANERepairedConfig, rane_config
 from models import build_model
 from models.heads import OrthogonalHead
 from models.fedrane.neck import LRANeck, contrastive_discrimination
@@ -35,9 +35,19 @@ def test_the_code_variant_reads_its_own_section_and_the_paper_variant_is_unchang
         ("closed-form", "none", "identity", "gat", "cosine")
     assert (code.lra_lambda_cd, code.lra_dropout, code.mixup_weight, code.gne_warm_start, code.hypersphere) == \
         (0.1, 0.2, 10.0, False, True)
-    # the paper variant's defaults are the ones its known outputs were recorded with
+    assert (code.lra_predictor, code.drop_last, code.persistent_optimizer, code.lr_step_epochs,
+            code.lr_step_gamma, code.flat_features, code.lra_residual) == ("linear", True, True, 150, 0.1, True, False)
+    # the paper variant's defaults: the paper's text (issue 40)
     assert (paper.lra_graph, paper.lra_cut, paper.lra_eval, paper.lra_gnn, paper.mixup_weight, paper.hypersphere) \
-        == ("alternating", "row-mean", "inductive", "dot", 0.0, False)
+        == ("alternating", "none", "identity", "dot", 0.0, False)
+    assert (paper.lra_residual, paper.lra_predictor, paper.lra_slim_update, paper.drop_last,
+            paper.persistent_optimizer, paper.lr_step_epochs, paper.flat_features) == \
+        (False, "mlp", "paper", False, False, 0, False)
+    # the repaired variant: the fedrane defaults before issue 40, in its own section
+    fixed = rane_config(cfg_of("fedrane-repaired"))
+    assert type(fixed) is FedRANERepairedConfig
+    assert (fixed.lra_residual, fixed.lra_cut, fixed.lra_eval, fixed.lra_predictor, fixed.lra_slim_update) == \
+        (True, "row-mean", "inductive", "linear", "majorize")
     # a fedrane-code.* key moves only the code variant
     assert rane_config(cfg_of("fedrane-code", **{"fedrane-code.mixup-weight": 2.0})).mixup_weight == 2.0
     assert rane_config(cfg_of("fedrane", **{"fedrane-code.mixup-weight": 2.0})).mixup_weight == 0.0
@@ -116,7 +126,7 @@ def test_the_complete_graph_path_is_the_slim_path_under_cut_none(solver):
         for graph, node in ((0, 4), (2, 7)):
             assert fast[graph, node].sum() == 1 and fast[graph, node, node]   # isolated: only itself
             assert not fast[graph, :, node].sum() > 1
-            assert float(a[graph, node].max()) <= 1e-12 * float(a[graph].max())
+            assert float(a[graph, node].max()) <= 1e-11 * float(a[graph].max())
             keep = [i for i in range(17) if i != node]
             assert torch.equal(fast[graph][keep][:, keep], slow[graph][keep][:, keep])
         if solver == "closed-form":

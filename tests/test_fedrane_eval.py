@@ -28,8 +28,15 @@ from strategies.methods.fedrane.strategy import lra_summary, weight_spread
 from tests._baselines_util import run_config_keys
 
 
+# the mechanisms tested here are fedrane-repaired's (inductive evaluation, row-mean graph cut, residual message
+# passing): the fedrane section set to its values (the fedrane defaults before issue 40)
+REPAIRED = {"lra_eval": "inductive", "lra_cut": "row-mean", "lra_residual": True, "lra_predictor": "linear",
+            "lra_slim_update": "majorize"}
+
+
 def cfg(**over) -> RunConfig:
-    base = {"method": "fedrane", "dataset": "digits", "model": "convnet", "batch-size": 16, "lr": 0.05}
+    base = {"method": "fedrane", "dataset": "digits", "model": "convnet", "batch-size": 16, "lr": 0.05,
+            **{f"fedrane.{k.replace('_', '-')}": v for k, v in REPAIRED.items()}}
     return RunConfig.from_dict(resolve_run_config({**base, **run_config_keys("fedrane", over)}))
 
 
@@ -54,23 +61,32 @@ def trained_model(c: RunConfig) -> torch.nn.Module:
 def test_batched_slim_equals_one_graph_at_a_time():
     g = torch.Generator().manual_seed(0)
     p = torch.stack([torch.corrcoef(torch.randn(9, 6, generator=g, dtype=torch.float64)) for _ in range(5)])
-    for solve in (lambda q: slim_alternating(q, 0.1, 5, 1e-6), lambda q: slim_closed_form(q, 0.1)):
+    for solve in (lambda q: slim_alternating(q, 0.1, 5, 1e-6), lambda q: slim_closed_form(q, 0.1),
+                  lambda q: slim_alternating(q, 0.1, 5, 1e-6, update="majorize")):
         batched = solve(p)
         for i in range(5):   # batched LAPACK calls may round differently in the last bits
             torch.testing.assert_close(batched[i], solve(p[i]), rtol=0, atol=1e-12)
-    # each graph stops on its own: one that reaches rtol keeps its iterate while the others go on
+    # each graph stops on its own: one that reaches rtol keeps its iterate while the others go on (the
+    # majorize steps converge; the paper's Eq. 4 steps still change B by 25-63 % per alternation after 8 here)
     rtol = 0.03                                          # reached after 2-5 alternations here
-    one = [slim_alternating(p[i], 0.1, 8, 1e-6, rtol) for i in range(5)]
-    free = [slim_alternating(p[i], 0.1, 8, 1e-6, 0.0) for i in range(5)]
+    one = [slim_alternating(p[i], 0.1, 8, 1e-6, rtol, "majorize") for i in range(5)]
+    free = [slim_alternating(p[i], 0.1, 8, 1e-6, 0.0, "majorize") for i in range(5)]
     assert any(float((a - b).abs().max()) > 1e-9 for a, b in zip(one, free))    # early stops do matter here
-    for a, b in zip(slim_alternating(p, 0.1, 8, 1e-6, rtol), one):
+    for a, b in zip(slim_alternating(p, 0.1, 8, 1e-6, rtol, "majorize"), one):
         torch.testing.assert_close(a, b, rtol=0, atol=1e-12)
+    # the paper's B-step (Eq. 4 with lambda (Phi + Phi^T)) does not settle on these graphs: the 8th alternation
+    # still changes every graph's B by more than 20 % (docs/METHODS.md); the majorize steps by under 3 %
+    for q in p:
+        b7, b8 = slim_alternating(q, 0.1, 7, 1e-6, 0.0), slim_alternating(q, 0.1, 8, 1e-6, 0.0)
+        assert float(torch.linalg.matrix_norm(b8 - b7) / torch.linalg.matrix_norm(b7)) > 0.2
+        m7, m8 = (slim_alternating(q, 0.1, k, 1e-6, 0.0, "majorize") for k in (7, 8))
+        assert float(torch.linalg.matrix_norm(m8 - m7) / torch.linalg.matrix_norm(m7)) < 0.03
 
 
 def test_support_graphs_equal_the_graph_of_support_plus_sample():
     g = torch.Generator().manual_seed(1)
     zs, zq = torch.relu(torch.randn(15, 32, generator=g)), torch.relu(torch.randn(6, 32, generator=g))
-    c = FedRANEConfig()
+    c = FedRANEConfig(**REPAIRED)
     masks = support_graphs(zs, zq, c)
     assert masks.shape == (6, 16, 16)
     for i in range(6):
@@ -224,8 +240,8 @@ def run(tmp_path, method: str, **over) -> dict:
 
 
 def test_results_record_graph_density_eval_mode_and_gne_spread_without_local_test(tmp_path):
-    doc = run(tmp_path, "fedrane", **{"local-test-fraction": 0.0, "federated-eval-every": 0,
-                                      "fedrane.gne-solver": "newton"})
+    doc = run(tmp_path, "fedrane-repaired", **{"local-test-fraction": 0.0, "federated-eval-every": 0,
+                                               "fedrane-repaired.gne-solver": "newton"})
     for row in doc["rounds"]:
         assert row["global_lra_eval"] == "inductive" and row["global_lra_graph_nodes"] == 16.0
         assert 0 < row["global_lra_graph_density"] < 1
@@ -235,13 +251,16 @@ def test_results_record_graph_density_eval_mode_and_gne_spread_without_local_tes
         assert s["gne-weight-ratio"] >= 1 and 0 <= s["gne-tv-from-fedavg"] <= 1
         assert s["gne-step-norm-ratio"] == pytest.approx(s["gne-update-norm"] / s["gne-fedavg-update-norm"])
         assert row["local_accuracy"] is None and 0 <= row["global_accuracy"] <= 1
-    assert doc["run_config"]["fedrane.lra-eval"] == "inductive"
+    assert doc["run_config"]["fedrane-repaired.lra-eval"] == "inductive"
+    assert doc["run_config"]["fedrane-repaired.lra-cut"] == "row-mean" and doc["run_config"]["method"] == \
+        "fedrane-repaired"
 
 
 def test_transductive_run_records_its_batch_and_pfl_density(tmp_path):
-    doc = run(tmp_path, "fedrane", **{"local-test-fraction": 0.25, "federated-eval-every": 1,
-                                      "fedrane.lra-eval": "transductive", "fedrane.lra-eval-batch": 64,
-                                      "fedrane.gne-solver": "newton"})
+    doc = run(tmp_path, "fedrane-repaired", **{"local-test-fraction": 0.25, "federated-eval-every": 1,
+                                               "fedrane-repaired.lra-eval": "transductive",
+                                               "fedrane-repaired.lra-eval-batch": 64,
+                                               "fedrane-repaired.gne-solver": "newton"})
     for row in doc["rounds"]:
         assert row["global_lra_eval"] == "transductive" and 60 < row["global_lra_graph_nodes"] <= 64
         assert 0 < row["strategy"]["lra-eval-graph-density-mean"] < 1      # the clients' P-FL graphs

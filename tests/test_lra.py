@@ -13,9 +13,11 @@ from flcore.config import ConfigError, RunConfig, resolve_run_config
 from flcore.methods.fedrane import FedRANEConfig
 from models import build_model
 from models.fedrane.neck import AttentiveMessagePassing, LRANeck, contrastive_discrimination
+from models.fedrane.predictor import MLPPredictor
 from models.fedrane.relation_graph import (batch_graph, graph_density, inverse_sqrt_gram, neighbour_mask,
                                            pearson_matrix, relational_adjacency, slim_alternating, slim_b_step,
-                                           slim_closed_form, slim_objective)
+                                           slim_closed_form, slim_objective, slim_paper_b_step)
+from models.heads import LinearHead
 from tests._baselines_util import bound_error, run_config_keys
 
 
@@ -77,12 +79,33 @@ def test_alternating_slim_zero_diagonal_and_decreasing_eq2_objective():
     lam = 0.1
     f0 = slim_objective(p, torch.zeros_like(p), lam)                     # B = 0: 1/2 ||P||^2
     assert f0 == pytest.approx(0.5 * float(torch.linalg.matrix_norm(p) ** 2))
-    values = [slim_objective(p, slim_alternating(p, lam, iters=i, rtol=0.0), lam) for i in range(1, 8)]
-    b = slim_alternating(p, lam, iters=7, rtol=0.0)
+    values = [slim_objective(p, slim_alternating(p, lam, iters=i, rtol=0.0, update="majorize"), lam)
+              for i in range(1, 8)]
+    b = slim_alternating(p, lam, iters=7, rtol=0.0, update="majorize")
     assert torch.all(torch.diagonal(b) == 0)
     assert values[-1] < 0.5 * f0                                          # far below B = 0
     assert values[-1] < values[0]                                         # below the paper's Eq. 4 (Phi = I)
     assert all(b2 <= b1 * (1 + 1e-9) for b1, b2 in zip(values[1:], values[2:]))  # monotone MM steps
+
+
+def test_paper_b_step_is_eq4_as_written_with_phi_plus_phi_transpose():
+    # Eq. 4: H = (P^T P + lam (Phi + Phi^T))^-1, B_ij = -H_ij / H_jj, B_ii = 0, for a non-symmetric Phi
+    p = pearson_matrix(features(n=10))
+    lam = 0.1
+    g = torch.Generator().manual_seed(4)
+    phi = torch.randn(10, 10, generator=g, dtype=torch.float64) * 0.1 + torch.eye(10, dtype=torch.float64)
+    h = np.linalg.inv(p.numpy().T @ p.numpy() + lam * (phi.numpy() + phi.numpy().T))
+    expect = -h / np.diag(h)[None, :]
+    np.fill_diagonal(expect, 0.0)
+    np.testing.assert_allclose(slim_paper_b_step(p, lam, phi).numpy(), expect, atol=1e-10)
+    eye10 = torch.eye(10, dtype=torch.float64)     # Phi = I: the constrained minimiser with weight 2 lam
+    np.testing.assert_allclose(slim_paper_b_step(p, lam, eye10).numpy(), slim_b_step(p, 2 * lam, eye10).numpy(),
+                               atol=1e-10)
+    # the alternation: B_1 from Phi = I, then Phi_1 = (B_1 B_1^T)^-1/2 and B_2 by Eq. 4 again
+    b1 = slim_paper_b_step(p, lam, eye10)
+    b2 = slim_paper_b_step(p, lam, inverse_sqrt_gram(b1, 1e-6))
+    np.testing.assert_allclose(slim_alternating(p, lam, iters=2, rtol=0.0).numpy(), b2.numpy(), atol=1e-12)
+    assert not np.allclose(b2.numpy(), slim_alternating(p, lam, iters=2, rtol=0.0, update="majorize").numpy())
 
 
 def test_inverse_sqrt_gram_and_clamp():
@@ -166,6 +189,18 @@ def test_model_hook_installs_federated_neck():
     assert isinstance(plain.neck, torch.nn.Identity)
     again = build_model(cfg(), (1, 8, 8), 10)                                    # seeded: same init
     assert all(torch.equal(a, b) for a, b in zip(model.state_dict().values(), again.state_dict().values()))
+    # the paper's predictor (default): Linear(d, d), ReLU, Linear(d, C), also without LRA; the repair: linear
+    for m in (model, plain):
+        assert isinstance(m.head, MLPPredictor)
+        assert (m.head.hidden.in_features, m.head.hidden.out_features, m.head.out.out_features) == (64, 64, 10)
+    z = torch.randn(5, 64)
+    assert torch.allclose(model.head(z), model.head.out(torch.relu(model.head.hidden(z))))
+    wide = build_model(cfg(lra_predictor_hidden=32), (1, 8, 8), 10)
+    assert wide.head.hidden.out_features == 32
+    assert isinstance(build_model(cfg(lra_predictor="linear"), (1, 8, 8), 10).head, LinearHead)
+    assert isinstance(build_model(cfg(method="fedrane-repaired"), (1, 8, 8), 10).head, LinearHead)
+    with pytest.raises(ValueError, match="lra-predictor = 'linear'"):
+        build_model(cfg(hypersphere=True), (1, 8, 8), 10)
 
 
 def test_neck_train_and_eval_modes():
@@ -179,17 +214,19 @@ def test_neck_train_and_eval_modes():
     assert torch.allclose(neck(z), out)                       # transductive: the training graph over the batch
     one = neck(z[:1])                                         # a batch of one: finite, attends to itself
     assert torch.all(torch.isfinite(one))
-    ident = build_model(cfg(lra_eval="identity"), (1, 8, 8), 10).neck.eval()
+    ident = build_model(cfg(), (1, 8, 8), 10).neck.eval()      # the default: no graph at evaluation
     assert torch.equal(ident(z), z)
-    inductive = build_model(cfg(), (1, 8, 8), 10).neck.eval()  # the default needs a support set of training data
+    inductive = build_model(cfg(lra_eval="inductive"), (1, 8, 8), 10).neck.eval()  # needs a support set
     with pytest.raises(RuntimeError, match="needs a support set of training data"):
         inductive(z)
     mixed = LRANeck(64, FedRANEConfig(lra_alpha=0.25))
     zh = mixed.augment(z)
     assert torch.allclose(mixed(z), 0.25 * z + 0.75 * zh)
-    literal = LRANeck(64, FedRANEConfig(lra_residual=False))      # Eq. 5 exactly: no residual term
+    literal = LRANeck(64, FedRANEConfig())                     # the default, Eq. 5 exactly: no residual term
     mask = batch_graph(z, literal.cfg)
     assert torch.allclose(literal.augment(z), literal.layers[0](z, mask))
+    residual = LRANeck(64, FedRANEConfig(lra_residual=True))   # the repair: h + messages
+    assert torch.allclose(residual.augment(z), z + residual.layers[0](z, batch_graph(z, residual.cfg)))
 
 
 def test_gradients_reach_extractor_and_attention():
@@ -206,18 +243,19 @@ def test_gradients_reach_extractor_and_attention():
 
 def test_batch_graph_cuts_and_topk():
     z = features(n=30)
-    dense = batch_graph(z, FedRANEConfig(lra_cut="none"))
+    dense = batch_graph(z, FedRANEConfig())                   # default: the paper's N_i = {j : A_ij > 0}
     assert not torch.any(torch.diagonal(dense))
     assert int(dense.sum()) == 30 * 29                        # SLIM weights are dense: N_i = all j != i
-    sparse = batch_graph(z, FedRANEConfig())                  # default: the relations above the node's mean
-    a = relational_adjacency(slim_alternating(pearson_matrix(z), 0.1, 5, 1e-6))
+    repaired = FedRANEConfig(lra_cut="row-mean", lra_slim_update="majorize")  # fedrane-repaired's graph
+    sparse = batch_graph(z, repaired)                         # the relations above the node's mean
+    a = relational_adjacency(slim_alternating(pearson_matrix(z), 0.1, 5, 1e-6, update="majorize"))
     off = a.masked_fill(torch.eye(30, dtype=torch.bool), 0.0)
     assert torch.equal(sparse, off > off.sum(1, keepdim=True) / 29)
     density = float(graph_density(sparse).mean())
     assert 0.1 < density < 0.6                                # a real cut, not the complete graph
     capped = batch_graph(z, FedRANEConfig(lra_topk=4, lra_graph="closed-form", lra_cut="none"))
     assert torch.all(capped.sum(1) >= 4) and not torch.any(torch.diagonal(capped))
-    both = batch_graph(z, FedRANEConfig(lra_topk=2))          # at most 2 of the above-mean relations
+    both = batch_graph(z, FedRANEConfig(lra_topk=2, lra_cut="row-mean", lra_slim_update="majorize"))
     assert torch.all(both.sum(1) <= 2) and torch.all(both <= sparse)
 
 

@@ -4,18 +4,30 @@ The LRA module itself is the model's neck (models/fedrane/neck.py, installed by 
 so it is federated with the rest of the model. This trainer changes only how a training step computes
 its outputs (Z, Z_hat both kept) and adds the contrastive-discrimination term (Eq. 7, Eq. 9) to the one
 local loop. P-FL ("local-accuracy") is the base trainer's evaluation of the trained model; under inductive
-evaluation (the default) each local test sample is evaluated against a fixed support set of this client's
+evaluation (``lra-eval = inductive``, fedrane-repaired's default) each local test sample is evaluated against a fixed support set of this client's
 training data (a seeded choice of its rows, the same every round). It reports the mean graph density of
-its training graphs and, when it has a local test split, of its P-FL evaluation graphs.
+its training graphs and, when it has a local test split and evaluates through the graph, of its P-FL evaluation
+graphs.
 
 With ``mixup-weight`` > 0 (fedrane-code: the authors' clientFedRANE.py train_raw) each batch also yields a
 mixed batch x_mix = lam x + (1 - lam) x[perm], lam ~ Beta(mixup-alpha, mixup-alpha), perm a random permutation
 (both from a generator seeded by (seed, round, client)); F runs once over [x; x_mix], the mixed rows go through
 G with their own L_CD term, and the loss gains mixup-weight * (lam CE(o, y) + (1 - lam) CE(o, y[perm])) with o the
 mixed rows' predictor input (``mixup-logits = features``, as train_raw) or the classifier's logits on it.
+
+The authors' optimizer (fedrane-code; keys of the method's section): ``drop-last`` skips each epoch's partial
+batch; ``persistent-optimizer`` keeps one SGD per client across rounds, its momentum buffers stored in the client
+state (``fedrane-optimizer``, by parameter name) and loaded into the next round's optimizer before its first
+step, so round t + 1's first step continues round t's buffer (clientFedRANE.py ClientFedRANE.__init__ builds
+``self.optimizer`` once; clientbase.py set_parameters overwrites only the parameters' data); ``lr-step-epochs``
+= s > 0 runs StepLR(step_size = s E, gamma): the k-th local training of this client (k = 0, 1, ..., counted in
+the client state ``fedrane-lr-schedule``) uses lr gamma^floor(k / (s E)) (train_raw steps the scheduler once).
 """
 
 from __future__ import annotations
+
+import dataclasses
+import logging
 
 import numpy as np
 import torch
@@ -23,11 +35,15 @@ import torch.nn.functional as F
 from torch import nn
 
 from client_app.trainers.base import Trainer, TrainJob, TrainReply
-from client_app.training import LossTerm, Step, TrainStats
-from flcore.methods.fedrane import CD_LOSS, EVAL_DENSITY, MIXUP_LOSS, TRAIN_DENSITY
+from client_app.state import ClientState
+from client_app.training import LossTerm, OptimConfig, Step, TrainStats, local_train, make_optimizer
+from flcore.methods.fedrane import (CD_LOSS, EVAL_DENSITY, MIXUP_LOSS, STATE_OPTIMIZER, STATE_SCHEDULE,
+                                    TRAIN_DENSITY)
 from models.evaluation import eval_support
 from models.device_sum import DeviceSum
 from models.fedrane.neck import LRANeck, contrastive_discrimination
+
+log = logging.getLogger(__name__)
 
 
 class ContrastiveTerm(LossTerm):
@@ -85,6 +101,49 @@ def mix_batch(x: torch.Tensor, rng: np.random.Generator, alpha: float) -> tuple[
     return lam * x + (1.0 - lam) * x[perm], perm, lam
 
 
+def step_lr(lr: float, trainings: int, step_size: int, gamma: float) -> float:
+    """StepLR stepped once per local training: lr * gamma^floor(trainings / step_size) for the training that
+    follows ``trainings`` earlier ones (step_size 0: constant lr)."""
+    if trainings < 0:
+        raise ValueError(f"step_lr: trainings must be >= 0, got {trainings}")
+    return lr if step_size <= 0 else lr * gamma ** (trainings // step_size)
+
+
+def load_momentum(opt: torch.optim.Optimizer, named: list[tuple[str, nn.Parameter]],
+                  buffers: dict[str, np.ndarray] | None, cid: int) -> None:
+    """Put the stored momentum buffers (by parameter name) into ``opt``'s state before its first step."""
+    if not buffers:
+        return
+    for name, p in named:
+        if name not in buffers:
+            continue
+        buf = torch.as_tensor(np.asarray(buffers[name])).to(device=p.device, dtype=p.dtype)
+        if buf.shape != p.shape:
+            raise ValueError(f"client {cid}: stored momentum buffer '{name}' ({STATE_OPTIMIZER}) has shape "
+                             f"{tuple(buf.shape)}, the parameter {tuple(p.shape)}")
+        opt.state[p]["momentum_buffer"] = buf.clone()
+    unknown = sorted(set(buffers) - {n for n, _ in named})
+    if unknown:
+        raise ValueError(f"client {cid}: stored momentum buffers ({STATE_OPTIMIZER}) name parameters the model "
+                         f"does not train: {', '.join(unknown[:5])}")
+
+
+def momentum_arrays(opt: torch.optim.Optimizer, named: list[tuple[str, nn.Parameter]]) -> dict[str, np.ndarray]:
+    """The optimizer's momentum buffers by parameter name (parameters without one are left out)."""
+    out = {}
+    for name, p in named:
+        buf = opt.state.get(p, {}).get("momentum_buffer")
+        if buf is not None:
+            out[name] = buf.detach().cpu().numpy().copy()
+    return out
+
+
+def trainings_done(state: ClientState) -> int:
+    """How many local trainings this client ran before (the StepLR counter, client state)."""
+    rec = state.get_config(STATE_SCHEDULE)
+    return int(rec["trainings"]) if rec else 0
+
+
 class LRATrainer(Trainer):
     """Local training through the LRA neck with the contrastive-discrimination term."""
 
@@ -116,6 +175,34 @@ class LRATrainer(Trainer):
 
     def terms(self) -> list[LossTerm]:
         return [self.cd_term] if self.mixup is None else [self.cd_term, self.mixup]
+
+    def optim_config(self) -> OptimConfig:
+        """The run's optimizer with ``drop-last`` and the StepLR lr of this training (``lr-step-epochs``)."""
+        base, cfg = super().optim_config(), self.neck.cfg
+        lr = step_lr(base.lr, trainings_done(self.job.state), cfg.lr_step_epochs * base.epochs, cfg.lr_step_gamma)
+        return dataclasses.replace(base, lr=lr, drop_last=cfg.drop_last)
+
+    def fit(self) -> TrainStats:
+        """Local training; with ``persistent-optimizer`` through the optimizer whose momentum buffers the client
+        state carries from round to round; with ``lr-step-epochs`` the StepLR counter advances by one."""
+        cfg, d, state = self.neck.cfg, self.job.data, self.job.state
+        opt_cfg = self.optim_config()
+        if opt_cfg.drop_last and d.num_train < opt_cfg.batch_size:
+            log.warning("client %s: %s training rows < batch-size %s with %s.drop-last: no local step this round "
+                        "(as in the authors' code, whose server counts only clients with at least a batch)",
+                        self.job.cid, d.num_train, opt_cfg.batch_size, cfg.NAME)
+        optimizer = None
+        named = [(n, p) for n, p in self.job.model.named_parameters() if p.requires_grad]
+        if cfg.persistent_optimizer:
+            optimizer = make_optimizer([p for _, p in named], opt_cfg)
+            load_momentum(optimizer, named, state.get_arrays(STATE_OPTIMIZER), self.job.cid)
+        stats = local_train(self.job.model, d.x_train, d.y_train, opt_cfg, self.terms(),
+                            generator=self.job.generator, forward=self.forward, optimizer=optimizer)
+        if optimizer is not None:
+            state.put_arrays(STATE_OPTIMIZER, momentum_arrays(optimizer, named))
+        if cfg.lr_step_epochs > 0:
+            state.put_config(STATE_SCHEDULE, {"trainings": trainings_done(state) + 1})
+        return stats
 
     def before_fit(self) -> dict[str, float | int]:
         self.neck.stats.pop("eval")      # the received model's evaluation: not the P-FL figure

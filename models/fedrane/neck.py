@@ -1,5 +1,5 @@
-"""FedRANE's LRA, local relational augmentation (seed 000, Sec. 3.3), as the model's neck: built on both sides
-(the clients train it, the server evaluates the global model through it).
+"""FedRANE's LRA, local relational augmentation (seed 000, Sec. 3.3; docs/METHODS.md), as the model's neck: built
+on both sides (the clients train it, the server evaluates the global model through it).
 
 Per graph of n feature rows Z (n x d; a training minibatch, or a test sample with its support set):
   1-3. the relation graph over the rows: Pearson correlations, SLIM weights, neighbour sets N_i
@@ -7,24 +7,26 @@ Per graph of n feature rows Z (n x d; a training minibatch, or a test sample wit
   4. L steps of attentive message passing over N_i                                 (Eq. 5-6)
          h_i^{l+1} = [h_i^l +] sum_{j in N_i} a_ij W^l h_j^l,
          a_ij = softmax_{j in N_i} ((W_r^l h_i)^T (W_s^l h_j) / sqrt(d)),   Z_hat = h^L.
-     The residual term h_i^l (``fedrane.lra-residual``, default on) is ours: the paper's Eq. 5 omits it, and so
-     does the GAT the authors' code runs (graph_models.py GAT.forward; only a commented-out line of another layer
-     adds its input back). Without it Z_hat_i is built from the *other* samples
-     only (diag(A) = 0); centrally on digits the literal form stayed at the chance-level loss ln 10 for 8
-     epochs on the complete graph, while the residual form trains.
+     The default is Eq. 5 as written, without the residual term h_i^l, as the GAT the authors' code runs
+     (graph_models.py GAT.forward). Then Z_hat_i is built from the *other* samples only (diag(A) = 0); centrally
+     on digits that literal form stayed at the chance-level loss ln 10 for 8 epochs on the complete graph, while
+     the residual form trains: the residual (``lra-residual = true``) is our repair, fedrane-repaired's default.
   5. Contrastive discrimination L_CD over [Z; Z_hat] with Pearson similarity        (Eq. 7)
-     (used by client_app/trainers/fedrane.py: loss = CE(head(Z_hat), y) + lambda_CD L_CD, Eq. 9).
+     (used by client_app/trainers/fedrane.py: loss = CE(predictor(Z_hat), y) + lambda_CD L_CD, Eq. 9).
+The predictor (the model's head) is the paper's multi-layer perceptron by default (models/fedrane/predictor.py,
+``lra-predictor``), installed by the model hook below with the neck.
 
 Evaluation (``fedrane.lra-eval``):
-  * ``inductive`` (default): each test sample x gets its own graph over S + {x}, S a fixed support set of
-    training data (the client's own training rows for P-FL and the client-side evaluation, a seeded sample
-    of the clients' training pool for the server's G-FL; see models/evaluation.py), so a prediction never
-    depends on the other test samples. |S| = ``lra-support-size`` (0: batch-size - 1: test graphs have the
-    training graphs' size). The support features F(S) are recomputed with the evaluated model's weights.
+  * ``identity`` (default): G is skipped (predictor on F's features): the paper states no evaluation graph, and
+    the authors' code evaluates without one (serverFedRANE.py FedRANE.evaluate, clientFedRANE.py test_metrics).
+    With ``lra-alpha`` = 0 the predictor is trained on Z_hat only, so it then sees another input at test time.
+  * ``inductive`` (our repair, fedrane-repaired): each test sample x gets its own graph over S + {x}, S a fixed
+    support set of training data (the client's own training rows for P-FL and the client-side evaluation, a
+    seeded sample of the clients' training pool for the server's G-FL; see models/evaluation.py), so a
+    prediction never depends on the other test samples. |S| = ``lra-support-size`` (0: batch-size - 1: test graphs
+    have the training graphs' size). The support features F(S) are recomputed with the evaluated model's weights.
   * ``transductive``: the graph spans up to ``lra-eval-batch`` test samples (a prediction depends on its
     batch companions; the figure moves with the batch size).
-  * ``identity``: G is skipped (predictor on F's features), as in the authors' code; only consistent with
-    training when ``lra-alpha`` > 0 mixes Z into the predictor's input (h = alpha Z + (1 - alpha) Z_hat).
 The neck counts the density of the graphs it builds (``LRANeck.stats``), for results.json.
 """
 
@@ -40,9 +42,10 @@ import torch.nn.functional as F
 
 from flcore.config import RunConfig
 from flcore.methods.fedrane import FedRANEConfig, rane_config
-from models.heads import make_hyperspherical
+from models.heads import LinearHead, make_hyperspherical
 from models.device_sum import DeviceSum
 from models.fedrane.graph_attention import GATLayer
+from models.fedrane.predictor import MLPPredictor, cnn_model
 from models.fedrane.relation_graph import (eye, graph_density, graph_mask, off_diagonal, pearson_matrix,
                                           support_graphs)
 
@@ -255,13 +258,33 @@ def support_size(cfg: RunConfig) -> int:
     return size if size > 0 else max(cfg.batch_size - 1, 1)
 
 
-def add_lra_neck(model: nn.Module, cfg: RunConfig) -> None:
-    """Model hook (flcore/registry.py): install LRA as ``model.neck`` (federated with the rest); with
-    ``hypersphere`` also unit-norm features and the fixed orthogonal classifier (models/heads.py)."""
+def add_predictor(model: nn.Module, cfg: RunConfig) -> None:
+    """Model hook of FedRANE's network without the neck (fedrane-no-lra) and first part of :func:`add_lra_neck`:
+    with ``flat-features`` and model = convnet the authors' CNNModel extractor (models/fedrane/predictor.py);
+    with ``hypersphere`` unit-norm features and the fixed orthogonal classifier (models/heads.py); else the
+    predictor ``lra-predictor`` (mlp: the paper's multi-layer perceptron; linear: the model's linear head)."""
     rane = rane_config(cfg)
+    if rane.flat_features and getattr(model, "backbone_name", None) == "convnet":
+        model.backbone, model.feature_dim = cnn_model(tuple(model.input_shape))
+        model.head = LinearHead(int(model.feature_dim), int(model.num_classes))
     if rane.hypersphere:
         if cfg.head != "linear":
             raise ValueError(f"method '{cfg.method}' with hypersphere = true fixes its own orthogonal classifier; "
                              f"run-config key 'head' must be 'linear' (the default), got '{cfg.head}'")
+        if rane.lra_predictor != "linear":
+            raise ValueError(f"method '{cfg.method}': hypersphere = true fixes a linear orthogonal classifier; "
+                             f"set {rane.NAME}.lra-predictor = 'linear' (got '{rane.lra_predictor}')")
         make_hyperspherical(model, cfg.seed, rane.hypersphere_scale)
-    model.neck = LRANeck(int(model.feature_dim), rane, support_size(cfg))
+    elif rane.lra_predictor == "mlp":
+        if cfg.head != "linear":
+            raise ValueError(f"method '{cfg.method}' with {rane.NAME}.lra-predictor = 'mlp' puts its own predictor "
+                             f"on the features; run-config key 'head' must be 'linear' (the default), got "
+                             f"'{cfg.head}' (or set {rane.NAME}.lra-predictor = 'linear')")
+        model.head = MLPPredictor(int(model.feature_dim), int(model.num_classes), rane.lra_predictor_hidden)
+
+
+def add_lra_neck(model: nn.Module, cfg: RunConfig) -> None:
+    """Model hook (flcore/registry.py): :func:`add_predictor`, then LRA as ``model.neck`` (federated with the
+    rest)."""
+    add_predictor(model, cfg)
+    model.neck = LRANeck(int(model.feature_dim), rane_config(cfg), support_size(cfg))

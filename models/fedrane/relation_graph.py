@@ -5,8 +5,8 @@ Per graph of n feature rows Z (n x d; a training minibatch, or a test sample wit
   1. P = Pearson correlation of the n rows of Z                                    (Sec. 3.3)
   2. SLIM subspace weights B with a nuclear-norm penalty                           (Eq. 2-4)
          min_B 1/2 ||P - P B||_F^2 + lambda_G ||B||_*   s.t. diag(B) = 0,
-     solved by alternating closed forms (``lra-graph = alternating``) or the authors' one-shot
-     EASE form (``lra-graph = closed-form``).
+     solved by alternating closed forms (``lra-graph = alternating``; B-step ``lra-slim-update``: Eq. 4 as
+     written, or our majorise-minimise step) or the authors' one-shot EASE form (``lra-graph = closed-form``).
   3. A = (|B| + |B^T|) / 2; neighbours N_i: the edges A_ij that the cut keeps (below)  (Sec. 3.3)
 
 Every graph function accepts leading batch dimensions (..., n, n) and treats each graph on its own (a
@@ -15,8 +15,8 @@ graph's result never depends on another graph of the batch, convergence tests in
 Neighbourhoods (``fedrane.lra-cut``, ``fedrane.lra-topk``): the paper mines "sparse" relations with SLIM but its
 Eq. 2 has no sparsity term (only the nuclear norm), and neither SLIM form yields exact zeros, so its literal
 N_i = {j : A_ij > 0} is every other node (``lra-cut = none``: the complete graph, where the SLIM solve changes
-nothing). Our default ``row-mean`` keeps A_ij > mean_{j' != i} A_ij': the relations stronger than node i's
-average one. It has no parameter, does not depend on the graph's size, and lets a node's degree follow its
+nothing): the default, as the paper writes it. Our repair ``row-mean`` (fedrane-repaired) keeps
+A_ij > mean_{j' != i} A_ij': the relations stronger than node i's average one. It has no parameter, does not depend on the graph's size, and lets a node's degree follow its
 relations (a sample unlike the rest keeps few neighbours: the paper's concern about minority samples
 contaminated by the majority). ``lra-topk`` = k additionally keeps at most the k strongest per node.
 docs/FEDRANE.md has the measured densities.
@@ -118,23 +118,40 @@ def inverse_sqrt_gram(b: torch.Tensor, eps: float) -> torch.Tensor:
     return (evecs * evals.clamp_min(floor).rsqrt().unsqueeze(-2)) @ evecs.mT
 
 
-def slim_alternating(p: torch.Tensor, lam: float, iters: int = 5, eps: float = 1e-6,
-                     rtol: float = 1e-6) -> torch.Tensor:
-    """SLIM weights with the nuclear-norm penalty (Eq. 2) by alternating closed forms (Eq. 3-4).
+def slim_paper_b_step(p: torch.Tensor, lam: float, phi: torch.Tensor) -> torch.Tensor:
+    """Eq. 4 as the paper writes it, for fixed Phi: H = (P^T P + lambda (Phi + Phi^T))^{-1}, B_ij = -H_ij / H_jj
+    (i != j), B_ii = 0. For Phi = c I it is the exact minimiser of Eq. 3 under diag(B) = 0 (:func:`slim_b_step`
+    with the weight 2 lambda c); for other Phi it is the paper's closed form, not that minimiser."""
+    h = _spd_inverse(p.mT @ p + lam * (phi + phi.mT))
+    b = -h / torch.diagonal(h, dim1=-2, dim2=-1).unsqueeze(-2)
+    return _zero_diagonal(b)
 
-    Starts from Phi = I (the paper's Eq. 4), then alternates Phi = (B B^T)^{-1/2} and the exact B-step
-    of :func:`slim_b_step` until B changes by less than ``rtol`` (relative) or ``iters`` B-steps; with
-    a batch of graphs, each graph stops on its own. Each step after the first is a majorise-minimise
-    step of Eq. 2, since for any Phi > 0 ||B||_* <= 1/2 tr(B^T Phi B) + 1/2 tr(Phi^{-1}), with equality at
-    Phi = (B B^T)^{-1/2}; so the objective does not increase (up to the eigenvalue clamp). Note: the paper
-    writes the penalty as lambda tr(B^T Phi B), whose stationarity gives lambda (Phi + Phi^T) = 2 lambda Phi;
-    we use the weight lambda Phi that makes each step a majorisation of Eq. 2 with the paper's lambda_G.
+
+def slim_alternating(p: torch.Tensor, lam: float, iters: int = 5, eps: float = 1e-6,
+                     rtol: float = 1e-6, update: str = "paper") -> torch.Tensor:
+    """SLIM weights with the nuclear-norm penalty (Eq. 2) by alternating B- and Phi-updates (Eqs. 3-4).
+
+    Starts from Phi = I, then alternates the B-step and Phi = (B B^T)^{-1/2} until B changes by less than
+    ``rtol`` (relative) or ``iters`` B-steps; with a batch of graphs, each graph stops on its own. B-step
+    (``update``):
+
+    * ``paper`` (fedrane.lra-slim-update's default): Eq. 4 as written, H = (P^T P + lambda (Phi + Phi^T))^{-1},
+      B_ij = -H_ij / H_jj (:func:`slim_paper_b_step`): the stationarity of Eq. 3's lambda tr(B^T Phi B) gives
+      lambda (Phi + Phi^T).
+    * ``majorize`` (ours before issue 40, fedrane-repaired): the exact minimiser of 1/2 ||P - PB||^2 +
+      lambda/2 tr(B^T Phi B) under diag(B) = 0 (:func:`slim_b_step`). Since ||B||_* <= 1/2 tr(B^T Phi B) +
+      1/2 tr(Phi^{-1}) for any Phi > 0, with equality at Phi = (B B^T)^{-1/2}, each step after the first is a
+      majorise-minimise step of Eq. 2 with the paper's lambda_G: the objective does not increase (up to the
+      eigenvalue clamp). The paper's form weighs the penalty twice (2 lambda Phi for symmetric Phi).
     """
-    b = slim_b_step(p, lam, _eye_like(p))
+    if update not in ("paper", "majorize"):
+        raise ValueError(f"unknown lra-slim-update '{update}' (paper or majorize)")
+    step = slim_paper_b_step if update == "paper" else slim_b_step
+    b = step(p, lam, _eye_like(p))
     active = torch.ones(p.shape[:-2], dtype=torch.bool, device=p.device)
     for _ in range(iters - 1):
         phi = inverse_sqrt_gram(b, eps)
-        b_new = slim_b_step(p, lam, phi)
+        b_new = step(p, lam, phi)
         change = torch.linalg.matrix_norm(b_new - b) / torch.linalg.matrix_norm(b).clamp_min(1e-300)
         b = torch.where(active[..., None, None], b_new, b) if b.dim() > 2 else b_new
         active = active & (change >= rtol)
@@ -237,7 +254,8 @@ def mask_from_pearson(p: torch.Tensor, cfg: FedRANEConfig) -> torch.Tensor:
     if cfg.lra_graph == "closed-form":
         b = slim_closed_form(p, cfg.lra_lambda_g)
     else:
-        b = slim_alternating(p, cfg.lra_lambda_g, cfg.lra_slim_iters, cfg.lra_slim_eps)
+        b = slim_alternating(p, cfg.lra_lambda_g, cfg.lra_slim_iters, cfg.lra_slim_eps,
+                             update=cfg.lra_slim_update)
     return neighbour_mask(relational_adjacency(b), cfg.lra_topk, cfg.lra_cut)
 
 

@@ -91,6 +91,14 @@ def step_coefficients(gram: np.ndarray, p: np.ndarray, fractions: np.ndarray, sc
     raise ValueError(f"unknown gne-scale '{scale}'")
 
 
+def active_updates(params: Params, updates: list[ClientUpdate]) -> list[ClientUpdate]:
+    """The updates whose delta theta_k - theta is not exactly zero (fedrane.gne-drop-idle; the authors' code:
+    serverFedRANE.py update_global leaves a client whose update is all zero out of the Nash solve)."""
+    keys = floating_keys(params)
+    return [u for u in updates
+            if any(not np.array_equal(np.asarray(u.params[k]), np.asarray(params[k])) for k in keys)]
+
+
 class GNEStrategy(FLStrategy):
     """Weighted by Nash-bargaining weights instead of sample fractions (FedRANE's GNE)."""
 
@@ -116,6 +124,11 @@ class GNEStrategy(FLStrategy):
         return solve_nash_cvxpy(gram, start, max_iter=g.gne_max_iter, tol=g.gne_tol, step_tol=g.gne_step_tol)
 
     def aggregate(self, server_round: int, params: Params, updates: list[ClientUpdate]) -> Params:
+        if self.gne.gne_drop_idle:
+            updates = active_updates(params, updates)
+            if not updates:   # no client moved: every combination of the deltas is the global model
+                self._metrics = {"gne-status": "no-update", "gne-idle-clients": "all"}
+                return params
         t0 = time.perf_counter()
         cids = [u.cid for u in updates]
         n = np.array([u.num_examples for u in updates], dtype=np.float64)
