@@ -95,8 +95,8 @@ def _rane(dataset: str, alpha: float, model: str, label: str) -> Preset:
 # ------------------------------------------------------------------------------------------------ FedBC (seed 001)
 BC = ("FedBC: Bedi et al., 'FedBC: Calibrating Global and Local Models via Federated Learning Beyond Consensus', "
       "arXiv 2206.10815")
-BC_SOURCE = ("Sec. 5 'Experiment Setup' and App. E.1-E.3 (numbers lost in our text copy, restated in METHODS.md "
-             "section 2): 30 devices, 10 sampled per round, power-law data sizes, SGD lr 0.01, batch 20, eta_lambda "
+BC_SOURCE = ("Sec. 5 'Experiment Setup' and App. E.1-E.3 (numbers lost in our text copy, restated with their "
+             "sources in docs/methods/fedbc.md): 30 devices, 10 sampled per round, power-law data sizes, SGD lr 0.01, batch 20, eta_lambda "
              "1e-3 (synthetic) / 5e-4 (CIFAR-10), momentum 0.5 of the dual steps, gamma_k initialised at 0 "
              "('Selection of gamma'), eta_gamma = eta_lambda (App. E.2); synthetic: multinomial logistic "
              "regression (App. E.1); Table 1: E = 1 and 5 columns; Tables 2/7: power-law exponent 1.5 column")
