@@ -10,6 +10,7 @@ from flwr.app import MetricRecord, RecordDict
 
 from client_app.state import ClientState
 from client_app.trainers.param_tensors import ParamPenalty, received_tensors, stored_tensors, to_numpy
+from flcore.declaration import Payload
 from flcore.records import params_to_record
 from strategies.base import FLStrategy
 from strategies.tensor_state import TensorState, with_non_float
@@ -83,6 +84,7 @@ def test_tensor_state_zero_init_metrics_checkpoint_and_reply_check():
     other.load_state_dict(toy.state_dict())
     np.testing.assert_array_equal(other.m["w"], toy.m["w"])
     register_sizes(toy, {1: 4, 2: 4, 3: 4})
+    toy.checks.payload = Payload(reply_records=("toy-rec",))  # a real method declares its records (SCAFFOLD's)
     base = {"arrays": params_to_record(params), "metrics": MetricRecord({"num-examples": 4, "local-steps": 1})}
     replies = {1: RecordDict(base),
                2: RecordDict({**base, "toy-rec": params_to_record({"w": np.zeros(3, np.float32)})}),
