@@ -81,10 +81,17 @@ def lock_digest(locked: dict[str, Locked]) -> str:
     return hashlib.sha256(pins.encode()).hexdigest()[:16]
 
 
+VENDORED = ("thirdparty_files",)  # Ray prepends ray/thirdparty_files (its own psutil, colorama) to sys.path on import
+
+
 def installed_versions() -> dict[str, str]:
-    """Every distribution importable here, by normalized name."""
+    """Every distribution installed here, by normalized name: those on sys.path, except the copies a package
+    vendors in a directory it puts on sys.path itself (Ray's ``ray/thirdparty_files``, once ray is imported: they
+    are part of ray's wheel, which the lock pins, not installed distributions)."""
     out: dict[str, str] = {}
     for dist in metadata.distributions():
+        if any(v in Path(str(dist.locate_file(""))).parts for v in VENDORED):
+            continue
         name = dist.metadata["Name"]
         if name:
             out.setdefault(normalize(name), dist.version)

@@ -236,3 +236,18 @@ def test_readme_states_the_locked_versions():
     m = re.search(r"flwr\[simulation\] (\S+) with Ray,\s+PyTorch (\S+) / torchvision (\S+)", text)
     assert m is not None
     assert m.groups() == (lock["flwr"].version, lock["torch"].version, lock["torchvision"].version)
+
+
+def test_distributions_ray_vendors_on_sys_path_are_not_installed_ones(monkeypatch):
+    """Importing ray prepends ray/thirdparty_files (psutil, colorama) to sys.path; the stack check must still say
+    the installed stack is the lock (seen in CI when this file shared a worker with a Ray test)."""
+    import sys
+    from pathlib import Path
+
+    import ray
+
+    from flcore.stack import installed_versions, lock_differences, read_lock
+
+    vendored = Path(ray.__file__).parent / "thirdparty_files"
+    monkeypatch.setattr(sys, "path", [str(vendored), *sys.path])
+    assert lock_differences(read_lock(), installed_versions()) == []
