@@ -56,7 +56,10 @@ class PersonalPartTrainer(Trainer):
         self.personal = self.personal_names(list(job.model.state_dict()))
 
     def personal_names(self, names: list[str]) -> list[str]:
-        raise NotImplementedError
+        """The state-dict entries that stay on the client (each method's trainer says which: FedPer's last K_P
+        layers, Fed-RoD's personal head, all of them for ``local``)."""
+        raise TypeError(f"{type(self).__name__} must override personal_names (which state-dict entries are "
+                        "personal): the base cannot know")
 
     def fit(self) -> TrainStats:
         stored = self.job.state.get_arrays(self.STATE)
