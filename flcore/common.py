@@ -81,6 +81,13 @@ class CommonConfig(Section):
     synthetic_max_samples: int = param(2000, "cap on a synthetic client's sample count floor(lognormal(4, 2)) + 50 "
                                              "(0 = no cap, as the FedBC authors' utils/synthetic.py:"
                                              "generate_synthetic)", ge=0)
+    synthetic_federation: str = param("fixed", "which generated federation a synthetic run trains on: 'fixed' = "
+                                               "one federation for every seed (the dataset's own seed, like a "
+                                               "real dataset's split); 'per-seed' = each run seed generates its "
+                                               "own clients and so its own G-FL test set (independent "
+                                               "federations: seeds differ in data, not only in initialisation and "
+                                               "sampling; a tuning seed never sees a reported seed's samples)",
+                                      choices=("fixed", "per-seed"))
     rotation_step_deg: float = param(15.0, "rotation between consecutive clients (rotated-mnist)")
     # --- model
     model: str = param("auto", "backbone; auto picks per dataset", choices=MODELS)
