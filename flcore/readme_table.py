@@ -3,8 +3,8 @@
     python -m flcore.readme_table          # rewrite the block between BEGIN and END in README.md
     python -m flcore.readme_table --check  # exit 1 (naming the missing or stale rows) if it differs
 
-One row per declaration module (a method family, flcore/methods/<family>.py): its methods, the paper of its
-first declaration, and each variant's own description (``MethodDecl.description``). `noniid-fl methods` lists the
+One row per paper within each declaration module (a method family, flcore/methods/<family>.py): its methods,
+the paper, and each variant's own description (``MethodDecl.description``). `noniid-fl methods` lists the
 same with the paper presets; docs/METHODS.md gives each method's equations and the sources of its defaults.
 """
 
@@ -25,13 +25,18 @@ def _cell(text: str) -> str:
 
 
 def rows() -> list[str]:
-    """The table's rows, one per declaration module, in MODULES' order."""
+    """The table's rows in MODULES' order: per declaration module, one row per paper its declarations cite (a
+    family of variants of one paper is one row; a module of several papers' methods, such as pfl_basic, one row
+    each)."""
     out = []
     for family in MODULES:
-        decls = importlib.import_module(f"flcore.methods.{family}").METHODS
-        names = ", ".join(f"`{d.name}`" for d in decls)
-        notes = "; ".join(f"`{d.name}`: {d.description}" for d in decls if d.description)
-        out.append(f"| {names} | {_cell(decls[0].paper)} | {_cell(notes)} |")
+        groups: dict[str, list] = {}
+        for d in importlib.import_module(f"flcore.methods.{family}").METHODS:
+            groups.setdefault(d.paper, []).append(d)
+        for paper, decls in groups.items():
+            names = ", ".join(f"`{d.name}`" for d in decls)
+            notes = "; ".join(f"`{d.name}`: {d.description}" for d in decls if d.description)
+            out.append(f"| {names} | {_cell(paper)} | {_cell(notes)} |")
     return out
 
 
