@@ -73,6 +73,32 @@ def test_p_fl_fine_tunes_the_broadcast_model():
         assert torch.equal(v, torch.as_tensor(received[k]))
 
 
+def test_finetune_max_steps_caps_the_fine_tuning_at_that_many_sgd_steps():
+    """fedbabu.finetune-max-steps = 3: the first 3 steps of the same fine-tuning (same batches), no more."""
+    cfg = make_cfg(method="fedbabu", **CFG, **{"fedbabu.finetune-epochs": 5, "fedbabu.finetune-max-steps": 3})
+    received = initial_params(cfg)
+    data = make_data(1)
+    trainer = FedBABUTrainer(make_job(cfg, 1, 1, received, data, RecordDict()))
+    trainer.fit()
+    state = trainer.job.generator.get_state()
+    tuned = trainer.personalized()
+    assert 5 * (len(data.y_train) // 8) > 3  # uncapped, 5 epochs would take more than 3 steps
+    ref = make_model(cfg)
+    ref.load_state_dict({k: torch.as_tensor(v) for k, v in received.items()})
+    order = torch.Generator()
+    order.set_state(state)
+    stats = local_train(ref, data.x_train, data.y_train,
+                        OptimConfig(lr=1e-3, epochs=5, batch_size=8, momentum=0.9, max_steps=3), (),
+                        generator=order, params=part_parameters(ref, "full"))
+    assert stats.steps == 3
+    for k, v in tuned.state_dict().items():
+        torch.testing.assert_close(v, ref.state_dict()[k], rtol=0, atol=0)
+    uncapped = make_cfg(method="fedbabu", **CFG, **{"fedbabu.finetune-epochs": 5})
+    full = FedBABUTrainer(make_job(uncapped, 1, 1, received, data, RecordDict()))
+    full.fit()
+    assert not torch.equal(full.personalized().state_dict()["head.weight"], tuned.state_dict()["head.weight"])
+
+
 def test_trainable_head_and_no_fine_tuning_is_fedavg(tmp_path):
     """update-part = full trains and averages the head too: FedAvg's parameters and G-FL bit for bit (P-FL then
     is the broadcast model's, FedBABU's evaluation without fine-tuning, not FedAvg's locally trained one)."""

@@ -89,6 +89,10 @@ class FedBABUConfig(Section):
     finetune_epochs: int = param(5, "tau_f, epochs of fine-tuning on local training data before the P-FL test "
                                     "(FedBABU Sec. 4 fine-tuning; authors' analysis.ipynb personalization_epoch = "
                                     "5); 0: the broadcast model as is", ge=0)
+    finetune_max_steps: int = param(0, "cap on the fine-tuning's SGD steps (0 = none: the paper's tau_f full "
+                                       "epochs); for a reduced budget whose local training is step-capped too "
+                                       "(max-local-steps), so that the P-FL evaluation does not cost 100x the "
+                                       "training it evaluates", ge=0)
     finetune_part: str = param("full", "what the fine-tuning updates: full = body and head (authors' "
                                        "analysis.ipynb, the evaluation of the paper's tables: one SGD over "
                                        "body_params and head_params), head (the abstract's 'the head is "

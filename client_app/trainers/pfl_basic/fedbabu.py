@@ -6,7 +6,7 @@ Here the head is left out of the optimizer (no step, no momentum, no weight deca
 at the received value, which is the server's initial head. P-FL (Sec. 4, personalization by fine-tuning):
 the broadcast model is fine-tuned on the client's training data for ``fedbabu.finetune-epochs`` epochs
 (authors' analysis.ipynb: 5 epochs of SGD over body and head, lr 1e-3, momentum 0.9, the training batch
-size) and then tested on the local test split. ``update-part = full`` trains the head too (FedAvg).
+size; ``fedbabu.finetune-max-steps`` caps it for a reduced budget) and then tested on the local test split. ``update-part = full`` trains the head too (FedAvg).
 """
 
 from __future__ import annotations
@@ -45,7 +45,7 @@ class FedBABUTrainer(Trainer):
             return tuned
         d = self.job.data
         opt = OptimConfig(lr=hp.finetune_lr, epochs=hp.finetune_epochs, batch_size=self.cfg.batch_size,
-                          momentum=hp.finetune_momentum)
+                          momentum=hp.finetune_momentum, max_steps=hp.finetune_max_steps)
         local_train(tuned, d.x_train, d.y_train, opt, (), generator=self.job.generator, forward=self.forward,
                     params=part_parameters(tuned, hp.finetune_part))
         return tuned
