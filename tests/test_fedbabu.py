@@ -46,19 +46,26 @@ def test_the_head_stays_at_its_init_and_the_body_is_averaged():
     assert not np.array_equal(params["backbone.1.weight"], init["backbone.1.weight"])
 
 
-def test_p_fl_fine_tunes_the_broadcast_model():
-    cfg = make_cfg(method="fedbabu", **CFG, **{"fedbabu.finetune-epochs": 2, "fedbabu.finetune-part": "head"})
+def fine_tuned_and_reference(cfg):
+    """One round's fit, then the P-FL model; with a fresh copy of the received model and a generator at the
+    state the fine-tuning started from, to redo the fine-tuning by hand."""
     received = initial_params(cfg)
     data = make_data(1)
     trainer = FedBABUTrainer(make_job(cfg, 1, 1, received, data, RecordDict()))
     trainer.fit()
     state = trainer.job.generator.get_state()
     tuned = trainer.personalized()
-    # by hand: the received model, 2 epochs of SGD(lr 1e-3, momentum 0.9) on the head only, same batches
     ref = make_model(cfg)
     ref.load_state_dict({k: torch.as_tensor(v) for k, v in received.items()})
     order = torch.Generator()
     order.set_state(state)
+    return received, data, tuned, order, ref
+
+
+def test_p_fl_fine_tunes_the_broadcast_model():
+    cfg = make_cfg(method="fedbabu", **CFG, **{"fedbabu.finetune-epochs": 2, "fedbabu.finetune-part": "head"})
+    received, data, tuned, order, ref = fine_tuned_and_reference(cfg)
+    # by hand: the received model, 2 epochs of SGD(lr 1e-3, momentum 0.9) on the head only, same batches
     local_train(ref, data.x_train, data.y_train, OptimConfig(lr=1e-3, epochs=2, batch_size=8, momentum=0.9), (),
                 generator=order, params=part_parameters(ref, "head"))
     for k, v in tuned.state_dict().items():
@@ -76,17 +83,8 @@ def test_p_fl_fine_tunes_the_broadcast_model():
 def test_finetune_max_steps_caps_the_fine_tuning_at_that_many_sgd_steps():
     """fedbabu.finetune-max-steps = 3: the first 3 steps of the same fine-tuning (same batches), no more."""
     cfg = make_cfg(method="fedbabu", **CFG, **{"fedbabu.finetune-epochs": 5, "fedbabu.finetune-max-steps": 3})
-    received = initial_params(cfg)
-    data = make_data(1)
-    trainer = FedBABUTrainer(make_job(cfg, 1, 1, received, data, RecordDict()))
-    trainer.fit()
-    state = trainer.job.generator.get_state()
-    tuned = trainer.personalized()
+    received, data, tuned, order, ref = fine_tuned_and_reference(cfg)
     assert 5 * (len(data.y_train) // 8) > 3  # uncapped, 5 epochs would take more than 3 steps
-    ref = make_model(cfg)
-    ref.load_state_dict({k: torch.as_tensor(v) for k, v in received.items()})
-    order = torch.Generator()
-    order.set_state(state)
     stats = local_train(ref, data.x_train, data.y_train,
                         OptimConfig(lr=1e-3, epochs=5, batch_size=8, momentum=0.9, max_steps=3), (),
                         generator=order, params=part_parameters(ref, "full"))
