@@ -26,6 +26,7 @@ from dataclasses import dataclass
 from pathlib import Path
 import numpy as np
 
+from experiments.near_ties import WORST_FIRST, arm_choices, choice_dir, load_tuning, pair_summary
 from experiments.stats import PairedGain, holm, paired_gain, rule, verdict as ci_verdict
 from flcore.config import PROJECT_ROOT
 
@@ -150,6 +151,53 @@ def measure(results_root: Path, claim: Claim) -> Measured | None:
                     paired_gain((m - b).tolist()))
 
 
+@dataclass(frozen=True)
+class NearTies:
+    """A claim's verdict over the near-tie pairs (experiments/near_ties.py): every baseline choice x every method
+    choice, paired by seed. ``pairs``: (baseline slug, method slug, gain or None while not run, verdict word)."""
+
+    pairs: list[tuple[str, str, PairedGain | None, str]]
+
+    @property
+    def run(self) -> list[tuple[str, str, PairedGain | None, str]]:
+        return [p for p in self.pairs if p[2] is not None]
+
+    def summary(self) -> tuple[str, str]:
+        """(the worst run pair's word, the text of the ledger's near-tie column)."""
+        words = [w for *_, w in self.run]
+        head, text = pair_summary(words)
+        if len(self.run) < len(self.pairs):
+            counts = ", ".join(f"{w} in {words.count(w)}" for w in dict.fromkeys(sorted(words, key=_worst_first)))
+            text = f"{len(self.run)} of {len(self.pairs)} pairs run" + (f" ({counts})" if words else "")
+        return head, text
+
+
+def _worst_first(word: str) -> int:
+    return WORST_FIRST.index(word)
+
+
+def near_ties(results_root: Path, claim: Claim) -> NearTies | None:
+    """The claim's near-tie pairs, or None when its experiment has no tuning (nothing to be near)."""
+    tuning = load_tuning(results_root, claim.experiment)
+    if tuning is None or not {claim.baseline, claim.method} <= set(tuning.get("runs", {})):
+        return None
+    arms = {label: [(c.slug + (" (chosen)" if c.chosen else ""),
+                     final_by_seed(results_root, claim.experiment,
+                                   str(choice_dir(results_root, claim.experiment, label, c)
+                                       .relative_to(results_root / claim.experiment))))
+                    for c in arm_choices(tuning, label)] for label in (claim.baseline, claim.method)}
+    pairs = []
+    for b_slug, base in arms[claim.baseline]:
+        for m_slug, meth in arms[claim.method]:
+            seeds = sorted(set(base) & set(meth))
+            if len(seeds) < claim.min_seeds:
+                pairs.append((b_slug, m_slug, None, "not run"))
+                continue
+            gain = paired_gain([meth[k] - base[k] for k in seeds])
+            pairs.append((b_slug, m_slug, gain, ci_verdict(gain, claim.paper_gain)))
+    return NearTies(pairs)
+
+
 def verdict(measured: Measured | None, paper_gain: float | None) -> str:
     return "not run" if measured is None else ci_verdict(measured.gain, paper_gain)
 
@@ -166,23 +214,35 @@ def ledger(results_root: Path, claims: list[Claim], titles: dict[str, str]) -> s
     """The markdown section (table + reasons)."""
     lines = [INTRO.read_text().rstrip("\n"), "", rule(), "",
              "| claim | paper | paper's figure | our setting | baseline | method | n | gain (pp) | 95 % CI | p | "
-             "p (Holm) | verdict |",
-             "|---|---|---|---|---|---|---|---|---|---|---|---|"]
+             "p (Holm) | near-tie pairs | verdict |",
+             "|---|---|---|---|---|---|---|---|---|---|---|---|---|"]
     reasons = []
     measured = {c.id: measure(results_root, c) for c in claims}
     run = [cid for cid, m in measured.items() if m is not None]
     adjusted = dict(zip(run, holm([measured[cid].gain.p for cid in run])))
+    pair_lines = []
     for c in claims:
         m = measured[c.id]
         v = verdict(m, c.paper_gain)
+        ties = near_ties(results_root, c) if m is not None else None
+        tie_cell = "– (untuned)" if ties is None else ties.summary()[1]
+        if ties is not None and ties.run:
+            worst = ties.summary()[0]
+            v_pair = v
+            v = worst
+            pair_lines.append(f"- **{c.id}** (chosen pair: {v_pair}; headline: the worst pair's, {worst}):")
+            for b_slug, m_slug, gain, word in ties.pairs:
+                shown = ("not run" if gain is None else
+                         f"{gain.mean:+.2f} [{gain.ci[0]:+.2f}, {gain.ci[1]:+.2f}], p {_p(gain.p)}, n {gain.n}: {word}")
+                pair_lines.append(f"  - {c.baseline} {b_slug} x {c.method} {m_slug}: {shown}")
         setting = f"{titles.get(c.experiment, c.experiment)} ([section](#{_anchor(titles.get(c.experiment, c.experiment))}))"
         if m is None:
-            cells = ["–", "–", "0", "–", "–", "–", "–"]
+            cells = ["–", "–", "0", "–", "–", "–", "–", "–"]
         else:
             g = m.gain
             n = f"{m.seeds}" + (f" (min-seeds {c.min_seeds})" if c.min_seeds < MIN_SEEDS else "")
             cells = [f"{c.baseline}: {_pm(m.baseline)}", f"{c.method}: {_pm(m.method)}", n, f"{g.mean:+.2f}",
-                     f"[{g.ci[0]:+.2f}, {g.ci[1]:+.2f}]", _p(g.p), _p(adjusted[c.id])]
+                     f"[{g.ci[0]:+.2f}, {g.ci[1]:+.2f}]", _p(g.p), _p(adjusted[c.id]), tie_cell]
         lines.append(f"| {c.claim} | {c.paper} | {c.paper_figure} | {setting} | " + " | ".join(cells) + f" | **{v}** |")
         if v == "not run":
             reasons.append(f"- **{c.id}** (not run): results/{c.experiment}/ has fewer than {c.min_seeds} finished "
@@ -192,6 +252,9 @@ def ledger(results_root: Path, claims: list[Claim], titles: dict[str, str]) -> s
                                                               "written in experiments/claims.toml"))
     if reasons:
         lines += ["", "Why, where a claim does not hold (measured), and a caveat where one holds:", "", *reasons]
+    if pair_lines:
+        lines += ["", "Near-tie pairs (experiments/near_ties.py: every near-tie choice of the baseline x every one of "
+                  "the method, the reported seeds, paired by seed; gain in points, 95 % CI, raw p):", "", *pair_lines]
     return "\n".join(lines)
 
 

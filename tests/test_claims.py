@@ -74,11 +74,44 @@ def test_ledger_prints_the_rule_n_ci_p_and_reason_only_when_a_claim_fails(tmp_pa
     assert "**reproduced**" in text and "**contradicted**" in text
     assert "- **bad** (contradicted): the cause" in text and "- **good**" not in text
     g = paired_gain([10, 11, 12, 10, 12])
-    assert g.p < 0.001 and f"| 5 | +11.00 | [{g.ci[0]:+.2f}, {g.ci[1]:+.2f}] | < 0.001 | < 0.001 | **reproduced** |" in text
-    assert "| p | p (Holm) | verdict |" in text
+    assert g.p < 0.001 and f"| 5 | +11.00 | [{g.ci[0]:+.2f}, {g.ci[1]:+.2f}] | < 0.001 | < 0.001 | – (untuned) | **reproduced** |" in text
+    assert "| p | p (Holm) | near-tie pairs | verdict |" in text
     assert "base: 80.00 ± 0.00" in text
     noted = ledger(tmp_path, [Claim("good", "P", "up", "f", 5.0, "e", "base", "up", reason="a caveat")], {"e": "E"})
     assert "- **good** (reproduced): a caveat" in noted      # a reproduced claim's reason is printed as a caveat
+
+
+def _tuning(root: Path, exp: str, arms: dict[str, list[tuple[float, list[float]]]]) -> None:
+    """tuning.json with, per arm, trials (lr, per-federation scores); the first trial is the chosen one."""
+    runs = {label: {"chosen": {"lr": trials[0][0]},
+                    "trials": [{"values": {"lr": lr}, "val_score": sum(sc) / len(sc),
+                                "val_scores": {str(100 + i): v for i, v in enumerate(sc)}} for lr, sc in trials]}
+            for label, trials in arms.items()}
+    (root / exp).mkdir(parents=True, exist_ok=True)
+    (root / exp / "tuning.json").write_text(json.dumps({"runs": runs}))
+
+
+def test_the_headline_verdict_is_the_worst_near_tie_pairs(tmp_path):
+    # the method's chosen lr 0.1 and a near tie lr 0.03 (deficits 0.01, -0.01, 0.02: within one SE); the
+    # baseline's other trial is consistently worse (no tie)
+    _tuning(tmp_path, "e", {"base": [(0.1, [0.80, 0.80, 0.80]), (0.3, [0.70, 0.71, 0.70])],
+                            "up": [(0.1, [0.90, 0.90, 0.90]), (0.03, [0.89, 0.91, 0.88])]})
+    _write(tmp_path, "e", "base", {k: 0.8 for k in range(5)})
+    _write(tmp_path, "e", "up", {0: 0.9, 1: 0.91, 2: 0.92, 3: 0.9, 4: 0.92})
+    claim = Claim("good", "P", "up", "f", 5.0, "e", "base", "up")
+    text = ledger(tmp_path, [claim], {"e": "E"})
+    assert "| 1 of 2 pairs run (reproduced in 1) | **reproduced** |" in text
+    assert "  - base lr=0.1 (chosen) x up lr=0.03: not run" in text
+    # the near tie's seeds: a gain that is inconclusive (its CI contains 0) -> the headline word is that one
+    _write(tmp_path, "e/near-ties/up", "lr=0.03", {0: 0.83, 1: 0.78, 2: 0.84, 3: 0.77, 4: 0.82})
+    text = ledger(tmp_path, [claim], {"e": "E"})
+    assert "| inconclusive in 1, reproduced in 1 of 2 pairs | **inconclusive** |" in text
+    assert "- **good** (chosen pair: reproduced; headline: the worst pair's, inconclusive):" in text
+    # every pair agreeing: robust
+    for k in range(5):
+        (tmp_path / "e/near-ties/up/lr=0.03" / f"seed{k}" / "results.json").write_text(json.dumps(
+            {"run_config": {"num-server-rounds": 2}, "rounds": [{}] * 2, "final": {"global_accuracy": 0.9 + 0.005 * k}}))
+    assert "| robust (2 of 2 pairs reproduced) | **reproduced** |" in ledger(tmp_path, [claim], {"e": "E"})
 
 
 def test_committed_claims_name_declared_runs_of_committed_experiment_configs():
