@@ -4,7 +4,9 @@ The claims are declared in experiments/claims.toml (paper figure, the experiment
 and — written after looking at the results — the measured reason when a claim does not hold). The numbers and
 the verdict are computed here from the result files:
 
-- gain = mean over seeds of (method - baseline) final G-FL accuracy, paired by seed, with its Student-t 95 %
+- gain = mean over seeds of (method - baseline) G-FL accuracy, paired by seed, each run scored by its mean over
+  the last k rounds with k the experiment's tuning ``last-rounds`` (the rule its choices were selected by; the
+  final round for an untuned experiment), with its Student-t 95 %
   interval and two-sided p (experiments/stats.py); a claim needs ``min-seeds`` paired seeds (default 5; a
   row whose setting cannot afford that, e.g. full Fashion-MNIST on this CPU, may declare 3 and the table
   says so), else it is "not run";
@@ -73,14 +75,31 @@ def load_claims(path: Path = CLAIMS) -> list[Claim]:
     return out
 
 
-def final_by_seed(results_root: Path, experiment: str, label: str) -> dict[int, float]:
-    """seed -> final G-FL accuracy (%) of every finished run of ``experiment/label``."""
+def score_rounds(results_root: Path, experiment: str) -> int:
+    """How many last rounds a row's score averages: the experiment's tuning ``last-rounds`` (the rule its trials
+    were selected by, experiments/tuning.py's default 3 when unset), 1 (the final round) for an untuned one."""
+    path = results_root / experiment / "experiment.toml"
+    if not path.exists():
+        return 1
+    with path.open("rb") as fh:
+        table = tomllib.load(fh).get("tuning")
+    return 1 if table is None else int(table.get("last-rounds", 3))
+
+
+def final_by_seed(results_root: Path, experiment: str, label: str, last: int | None = None) -> dict[int, float]:
+    """seed -> the row's score (%) of every finished run of ``experiment/label``: the mean G-FL accuracy over its
+    last ``last`` rounds (default :func:`score_rounds`: the same rule the tuning selected on; 1 = final)."""
+    k = score_rounds(results_root, experiment) if last is None else last
     out: dict[int, float] = {}
     for f in sorted((results_root / experiment / label).glob("seed*/results.json")):
         doc = json.loads(f.read_text())
         if len(doc["rounds"]) < int(doc["run_config"].get("num-server-rounds", 0)):
             continue
-        value = doc["final"].get(METRIC)
+        if k == 1:
+            value = doc["final"].get(METRIC)
+        else:
+            values = [row.get(METRIC) for row in doc["rounds"][-k:]]
+            value = None if len(values) < k or any(v is None for v in values) else float(np.mean(values))
         if value is not None:
             out[int(f.parent.name[4:])] = 100.0 * float(value)
     return out
@@ -235,7 +254,9 @@ def ledger(results_root: Path, claims: list[Claim], titles: dict[str, str]) -> s
                 shown = ("not run" if gain is None else
                          f"{gain.mean:+.2f} [{gain.ci[0]:+.2f}, {gain.ci[1]:+.2f}], p {_p(gain.p)}, n {gain.n}: {word}")
                 pair_lines.append(f"  - {c.baseline} {b_slug} x {c.method} {m_slug}: {shown}")
-        setting = f"{titles.get(c.experiment, c.experiment)} ([section](#{_anchor(titles.get(c.experiment, c.experiment))}))"
+        k = score_rounds(results_root, c.experiment)
+        setting = (f"{titles.get(c.experiment, c.experiment)} ([section](#{_anchor(titles.get(c.experiment, c.experiment))}))"
+                   + (f"; score: last {k} rounds" if k > 1 else ""))
         if m is None:
             cells = ["–", "–", "0", "–", "–", "–", "–", "–"]
         else:

@@ -114,6 +114,22 @@ def test_the_headline_verdict_is_the_worst_near_tie_pairs(tmp_path):
     assert "| robust (2 of 2 pairs reproduced) | **reproduced** |" in ledger(tmp_path, [claim], {"e": "E"})
 
 
+def test_a_tuned_rows_score_is_the_mean_of_the_last_rounds_its_tuning_selected_on(tmp_path):
+    from experiments.claims import final_by_seed, score_rounds
+
+    d = tmp_path / "e" / "m" / "seed0"
+    d.mkdir(parents=True)
+    rounds = [{"global_accuracy": a} for a in (0.1, 0.5, 0.6, 0.7)]
+    (d / "results.json").write_text(json.dumps({"run_config": {"num-server-rounds": 4}, "rounds": rounds,
+                                                "final": {"global_accuracy": 0.7}}))
+    assert score_rounds(tmp_path, "e") == 1 and final_by_seed(tmp_path, "e", "m") == {0: pytest.approx(70.0)}
+    (tmp_path / "e" / "experiment.toml").write_text("[tuning]\nlast-rounds = 3\n")
+    assert score_rounds(tmp_path, "e") == 3
+    assert final_by_seed(tmp_path, "e", "m") == {0: pytest.approx(60.0)}   # mean of 0.5, 0.6, 0.7
+    (tmp_path / "e" / "experiment.toml").write_text("[tuning]\nlr = [0.1]\n")
+    assert score_rounds(tmp_path, "e") == 3                                   # tuning.py's default
+
+
 def test_committed_claims_name_declared_runs_of_committed_experiment_configs():
     import tomllib
 
