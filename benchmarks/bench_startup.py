@@ -48,6 +48,8 @@ print(json.dumps({"t_main": t_main, "t_imported": t_imported, "c_imported": c_im
 
 
 def measure(engine: str, workers: int, dataset: str) -> dict:
+    from benchmarks.harness import loadavg
+
     from benchmarks.stats import steady_state
 
     with tempfile.TemporaryDirectory(prefix="bench_startup_") as tmp:
@@ -70,7 +72,7 @@ def measure(engine: str, workers: int, dataset: str) -> dict:
 
 
 def main() -> None:
-    from benchmarks.harness import machine, write_result
+    from benchmarks.harness import machine, parser, write_result
     from benchmarks.stats import summary
 
     ap = parser(__doc__)
