@@ -49,7 +49,6 @@ print(json.dumps({"t_main": t_main, "t_imported": t_imported, "c_imported": c_im
 
 def measure(engine: str, workers: int, dataset: str) -> dict:
     from benchmarks.harness import loadavg
-
     from benchmarks.stats import steady_state
 
     with tempfile.TemporaryDirectory(prefix="bench_startup_") as tmp:
