@@ -205,12 +205,14 @@ def near_ties(results_root: Path, claim: Claim) -> NearTies | None:
                                    str(choice_dir(results_root, claim.experiment, label, c)
                                        .relative_to(results_root / claim.experiment))))
                     for c in arm_choices(tuning, label)] for label in (claim.baseline, claim.method)}
+    # a pair counts once it has every seed of the chosen pair (the reported seeds), never a subset
+    reported = set(arms[claim.baseline][0][1]) & set(arms[claim.method][0][1])
     pairs = []
     for b_slug, base in arms[claim.baseline]:
         for m_slug, meth in arms[claim.method]:
-            seeds = sorted(set(base) & set(meth))
-            if len(seeds) < claim.min_seeds:
-                pairs.append((b_slug, m_slug, None, "not run"))
+            seeds = sorted(set(base) & set(meth) & reported)
+            if len(seeds) < max(len(reported), claim.min_seeds):
+                pairs.append((b_slug, m_slug, None, f"not run ({len(seeds)} of {len(reported)} seeds)"))
                 continue
             gain = paired_gain([meth[k] - base[k] for k in seeds])
             pairs.append((b_slug, m_slug, gain, ci_verdict(gain, claim.paper_gain)))
@@ -251,7 +253,7 @@ def ledger(results_root: Path, claims: list[Claim], titles: dict[str, str]) -> s
             v = worst
             pair_lines.append(f"- **{c.id}** (chosen pair: {v_pair}; headline: the worst pair's, {worst}):")
             for b_slug, m_slug, gain, word in ties.pairs:
-                shown = ("not run" if gain is None else
+                shown = (word if gain is None else
                          f"{gain.mean:+.2f} [{gain.ci[0]:+.2f}, {gain.ci[1]:+.2f}], p {_p(gain.p)}, n {gain.n}: {word}")
                 pair_lines.append(f"  - {c.baseline} {b_slug} x {c.method} {m_slug}: {shown}")
         k = score_rounds(results_root, c.experiment)

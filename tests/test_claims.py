@@ -101,7 +101,13 @@ def test_the_headline_verdict_is_the_worst_near_tie_pairs(tmp_path):
     claim = Claim("good", "P", "up", "f", 5.0, "e", "base", "up")
     text = ledger(tmp_path, [claim], {"e": "E"})
     assert "| 1 of 2 pairs run (reproduced in 1) | **reproduced** |" in text
-    assert "  - base lr=0.1 (chosen) x up lr=0.03: not run" in text
+    assert "  - base lr=0.1 (chosen) x up lr=0.03: not run (0 of 5 seeds)" in text
+    # a near tie with only some of the reported seeds is not a pair yet
+    _write(tmp_path, "e/near-ties/up", "lr=0.03", {0: 0.83, 1: 0.78})
+    assert "  - base lr=0.1 (chosen) x up lr=0.03: not run (2 of 5 seeds)" in ledger(tmp_path, [claim], {"e": "E"})
+    import shutil
+
+    shutil.rmtree(tmp_path / "e/near-ties/up/lr=0.03")
     # the near tie's seeds: a gain that is inconclusive (its CI contains 0) -> the headline word is that one
     _write(tmp_path, "e/near-ties/up", "lr=0.03", {0: 0.83, 1: 0.78, 2: 0.84, 3: 0.77, 4: 0.82})
     text = ledger(tmp_path, [claim], {"e": "E"})
