@@ -18,6 +18,9 @@
 
 Both patch named functions of the installed flwr after checking they exist; on a flwr without them the
 node refuses to start (exit 2) rather than run unguarded.
+
+``python deploy/node_guard.py --make-runtime-secret`` writes a fresh Runtime-API secret in the node's private
+directory and prints its path (:func:`runtime_secret`; deploy/supernode.sh's stock mode with TLS).
 """
 
 from __future__ import annotations
@@ -175,8 +178,37 @@ def install(stamp: Path) -> None:
     write_stamp(stamp, "idle", "starting")
 
 
+def runtime_secret(environ: dict[str, str] | os._Environ = os.environ) -> Path:
+    """A fresh Runtime-API secret for this SuperNode and the SuperExec deploy/supernode.sh starts beside it:
+    32 random bytes in ``superexec-<RUNTIME_PORT>.secret`` of the node's private directory (the stamp's,
+    :func:`private_dir`), written as a new 0600 file and renamed into place (never through a planted path), so
+    each start replaces the last one's and nothing accumulates. Stock mode with TLS uses it: without a secret,
+    any local process reaching the Runtime API port could take this node's ClientApp tasks (issue 42)."""
+    port = environ.get("RUNTIME_PORT", "9094")
+    directory = private_dir(Path(environ.get("TMPDIR", "/tmp")) / f"flower-supernode-{os.getuid()}")
+    path = directory / f"superexec-{port}.secret"
+    fd, tmp = tempfile.mkstemp(prefix=".secret-", dir=directory)
+    try:
+        with os.fdopen(fd, "wb") as fh:
+            fh.write(os.urandom(32))
+        os.replace(tmp, path)
+    except BaseException:
+        with contextlib.suppress(OSError):
+            os.unlink(tmp)
+        raise
+    return path
+
+
 def main(argv: list[str] | None = None) -> None:
     logging.basicConfig(level=logging.INFO, format="%(levelname)s %(message)s")
+    args = sys.argv[1:] if argv is None else argv
+    if args[:1] == ["--make-runtime-secret"]:  # deploy/supernode.sh: print the path of a fresh secret
+        try:
+            print(runtime_secret())
+        except (ValueError, OSError) as exc:
+            print(f"node_guard: {exc}", file=sys.stderr)
+            sys.exit(2)
+        return
     stamp = stamp_path()
     try:
         stamp_dir(stamp)
@@ -186,7 +218,7 @@ def main(argv: list[str] | None = None) -> None:
         sys.exit(2)
     from importlib.metadata import entry_points
 
-    sys.argv = ["flower-supernode", *(sys.argv[1:] if argv is None else argv)]
+    sys.argv = ["flower-supernode", *args]
     entry = [ep for ep in entry_points(group="console_scripts") if ep.name == "flower-supernode"]
     if not entry:
         print("node_guard: no console script flower-supernode is installed", file=sys.stderr)

@@ -10,9 +10,10 @@
 #   AUTH_KEY       this node's private key (deploy/pki.sh) -> SuperNode authentication (needs CA_CERT)
 #   TUNED=1        poll for messages every POLL s [0.5] and fork ClientApps from a warm interpreter
 #                  (deploy/tuned.py; runs the SuperNode with --isolation process + our SuperExec)
-#   SUPEREXEC_SECRET_FILE  with TUNED=1: shared secret between this SuperNode and its SuperExec
-#                  (required with TUNED=1 and TLS: without it any local process reaching the Runtime API
-#                  port could acquire this node's ClientApp tasks)
+#   SUPEREXEC_SECRET_FILE  shared secret between this SuperNode and its SuperExec (required with TUNED=1 and
+#                  TLS: without it any local process reaching the Runtime API port could acquire this node's
+#                  ClientApp tasks); stock mode with TLS runs Flower's SuperExec in process isolation with it,
+#                  or with a fresh secret per start in the node's private directory when it is unset
 #   MAX_WAIT       give up connecting to the SuperLink after this many seconds [retry forever]
 #   POLL_STAMP     file the node stamps at every poll, read by deploy/healthcheck.py supernode
 #                  [$TMPDIR/flower-supernode-$UID/supernode-$RUNTIME_PORT.poll: a 0700 directory of this
@@ -61,4 +62,20 @@ if [ "${TUNED:-0}" = 1 ]; then
 fi
 # deploy/node_guard.py: flower-supernode that retries transient TLS/connection errors instead of giving up
 # and stamps every poll for deploy/healthcheck.py (TUNED mode installs the same guards in tuned.py)
+if [ -n "${CA_CERT:-}" ]; then
+  # Stock mode with TLS (a real deployment): Flower's default subprocess isolation gives the Runtime API no
+  # secret, so any local process reaching 127.0.0.1:$RUNTIME_PORT could take this node's tasks. Run Flower's own
+  # SuperExec beside the node in process isolation instead, both holding a secret: SUPEREXEC_SECRET_FILE, or a
+  # fresh one per start in the node's private directory (node_guard.py --make-runtime-secret).
+  secret="${SUPEREXEC_SECRET_FILE:-}"
+  if [ -z "$secret" ]; then
+    secret="$("${PYTHON:-python}" "$here/node_guard.py" --make-runtime-secret)" || exit 2
+  fi
+  [ -s "$secret" ] && [ -r "$secret" ] || {
+    echo "supernode.sh: SUPEREXEC_SECRET_FILE=$secret is missing, empty or unreadable" >&2; exit 2; }
+  "${PYTHON:-python}" -c 'import sys; from flwr.supercore.cli.flower_superexec import flower_superexec as m; sys.argv[0] = "flower-superexec"; m()' \
+    --runtime-api-address "127.0.0.1:$runtime_port" --insecure --parent-pid $$ --superexec-auth-secret-file "$secret" &
+  exec "${PYTHON:-python}" "$here/node_guard.py" "${args[@]}" --isolation process --superexec-auth-secret-file "$secret" "$@"
+fi
+# no TLS: a loopback demo or test; Flower's subprocess isolation (its Runtime API has no secret)
 exec "${PYTHON:-python}" "$here/node_guard.py" "${args[@]}" "$@"

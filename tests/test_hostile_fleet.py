@@ -819,3 +819,23 @@ def test_identity_theft_and_a_second_use_of_a_key_are_refused_and_the_owners_tra
     print(f"\n[identity] thief (key bound to client 3, claiming 0): refused as identity-mismatch, never trained; "
           f"second process with client 0's key: exit {code} at activation (SuperLink 412); "
           f"a round on the owners 0, 1, 2 in {time.time() - t0:.1f} s")
+
+
+def test_a_local_process_cannot_take_any_nodes_task_from_its_runtime_api(fleet) -> None:
+    """Issue 42 item 4 (task theft): every SuperNode's Runtime API (127.0.0.1:RUNTIME_PORT, reachable by any local
+    user of the node host) refuses acquire-task and pull-task-input without the SuperExec secret: the TUNED
+    nodes 0 and 1 (SUPEREXEC_SECRET_FILE) and the stock node 2 (deploy/supernode.sh's stock mode with TLS: Flower's
+    SuperExec in process isolation with a fresh secret per start; stock subprocess isolation returned the task and
+    its FAB to anyone); the three nodes then train a round."""
+    fed, tmp, _limits = fleet
+    for i in range(NODES):
+        for route in ("/v1/runtime/acquire-task", "/v1/runtime/pull-task-input"):
+            conn = http.client.HTTPConnection("127.0.0.1", fed.runtime_ports[i], timeout=30)
+            try:
+                conn.request("POST", route, body=b"", headers={"content-type": "application/protobuf"})
+                status = conn.getresponse().status
+            finally:
+                conn.close()
+            assert status == 401, (i, route, status)
+    doc = _train_round(fed, tmp, "after-runtime-probes")
+    assert doc["rounds"][-1]["num_updates"] == NODES

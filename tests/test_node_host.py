@@ -111,3 +111,34 @@ def test_localfed_auth_binds_every_node_key_to_its_client_id_as_production_does(
     plain = federation_from_args(argparse.Namespace(nodes=2, tls=True, auth=False, tuned=False, proxy=False,
                                                     poll=0.5), tmp_path / "plain")
     assert plain.bind_clients is None and plain.bindings is None
+
+
+def test_a_stock_tls_node_gets_a_fresh_private_runtime_secret_per_start(tmp_path):
+    """Issue 42 item 4 (task theft): deploy/supernode.sh's stock mode with TLS runs Flower's SuperExec in process
+    isolation with a Runtime-API secret; without SUPEREXEC_SECRET_FILE it takes a fresh one per start from
+    ``node_guard.py --make-runtime-secret``: 32 random bytes, 0600, in the node's private directory, replacing
+    the last start's (nothing accumulates) and a symlink planted at its path (never followed)."""
+    env = {"RUNTIME_PORT": "9310", "TMPDIR": str(tmp_path)}
+    first = ng.runtime_secret(env)
+    assert first == tmp_path / f"flower-supernode-{os.getuid()}" / "superexec-9310.secret"
+    assert stat.S_IMODE(os.stat(first).st_mode) == 0o600 and len(first.read_bytes()) == 32
+    old = first.read_bytes()
+    victim = tmp_path / "victim"
+    victim.write_bytes(b"keep")
+    first.unlink()
+    first.symlink_to(victim)
+    again = ng.runtime_secret(env)
+    assert again == first and not again.is_symlink() and again.read_bytes() != old and victim.read_bytes() == b"keep"
+    assert sorted(p.name for p in again.parent.iterdir()) == ["superexec-9310.secret"]
+    before = again.read_bytes()
+    out = subprocess.run([sys.executable, str(ROOT / "deploy" / "node_guard.py"), "--make-runtime-secret"],
+                         env={**os.environ, **env}, capture_output=True, text=True, timeout=60)
+    assert out.returncode == 0 and Path(out.stdout.strip()) == first and first.read_bytes() != before
+
+
+def test_supernode_sh_runs_stock_tls_nodes_in_process_isolation_with_the_secret():
+    text = (ROOT / "deploy" / "supernode.sh").read_text()
+    stock = text[text.index('if [ -n "${CA_CERT:-}" ]; then\n  # Stock mode'):]
+    assert "--make-runtime-secret" in stock and "flower_superexec" in stock
+    assert stock.count('--superexec-auth-secret-file "$secret"') == 2   # the SuperExec and the SuperNode
+    assert "--isolation process" in stock
