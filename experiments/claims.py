@@ -15,7 +15,8 @@ the verdict are computed here from the result files:
 - the reason may quote statistics of per-round metrics as ``{{label:metric:min|median|max|mean}}`` (over all
   rounds of all seeds) or ``{{label:metric:last}}`` (the median over seeds of each seed's last round), and the
   row's paired differences as ``{{gain:min|max|positive|n}}`` (smallest / largest per-seed gain, the number of
-  seeds with a positive gain, the number of seeds).
+  seeds with a positive gain, the number of seeds), and another run of the experiment against the row's baseline,
+  under the row's score rule, as ``{{vs:label:mean|ci|p}}``.
 """
 
 from __future__ import annotations
@@ -123,6 +124,7 @@ def round_values(results_root: Path, experiment: str, label: str, key: str, last
 
 
 _GAIN = re.compile(r"\{\{gain:(min|max|positive|n)\}\}")
+_VS = re.compile(r"\{\{vs:([a-z0-9_.-]+):(mean|ci|p)\}\}")  # another run of the experiment against the baseline
 
 
 def paired_differences(results_root: Path, claim: Claim) -> list[float]:
@@ -154,7 +156,16 @@ def fill_reason(results_root: Path, claim: Claim) -> str:
                 "last": np.median}[m.group(3)](values)
         return f"{stat:.3g}"
 
-    return _PLACEHOLDER.sub(one, _GAIN.sub(gain, claim.reason))
+    def versus(m: re.Match) -> str:
+        base = final_by_seed(results_root, claim.experiment, claim.baseline)
+        other = final_by_seed(results_root, claim.experiment, m.group(1))
+        seeds = sorted(set(base) & set(other))
+        if len(seeds) < 2:
+            return f"(no paired seeds of {m.group(1)})"
+        g = paired_gain([other[k] - base[k] for k in seeds])
+        return {"mean": f"{g.mean:+.2f}", "ci": f"[{g.ci[0]:+.2f}, {g.ci[1]:+.2f}]", "p": _p(g.p)}[m.group(2)]
+
+    return _PLACEHOLDER.sub(one, _VS.sub(versus, _GAIN.sub(gain, claim.reason)))
 
 
 def measure(results_root: Path, claim: Claim) -> Measured | None:

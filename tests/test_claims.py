@@ -159,6 +159,15 @@ def test_reason_numbers_come_from_the_result_files(tmp_path):
     c = Claim("x", "P", "c", "f", 1.0, "e", "b", "m", reason="ratio {{m:w-ratio:median}} up to {{m:w-ratio:max}}; "
                                                              "{{m:nothing:max}}")
     assert fill_reason(tmp_path, c) == "ratio 0.7 up to 0.9; (no 'nothing' recorded for m)"
+    for label, accs in (("b", [0.5, 0.6, 0.7]), ("o", [0.6, 0.8, 0.7])):
+        for seed, acc in enumerate(accs):
+            d = tmp_path / "e" / label / f"seed{seed}"
+            d.mkdir(parents=True, exist_ok=True)
+            (d / "results.json").write_text(json.dumps({"run_config": {}, "rounds": [{}], "final": {"global_accuracy": acc}}))
+    c = Claim("x", "P", "c", "f", 1.0, "e", "b", "m", reason="o gains {{vs:o:mean}} {{vs:o:ci}}; {{vs:nope:mean}}")
+    g = paired_gain([10.0, 20.0, 0.0])
+    assert fill_reason(tmp_path, c) == (f"o gains +10.00 [{g.ci[0]:+.2f}, {g.ci[1]:+.2f}]; "
+                                        "(no paired seeds of nope)")
     c = Claim("x", "P", "c", "f", 1.0, "e", "b", "m", reason="at the end {{m:w-ratio:last}}")
     assert fill_reason(tmp_path, c) == "at the end 0.8"  # the median of the seeds' last rounds: 0.9 and 0.7
 
