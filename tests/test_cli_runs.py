@@ -11,7 +11,6 @@ import json
 import os
 import subprocess
 import sys
-import time
 from pathlib import Path
 
 import pytest
@@ -70,9 +69,9 @@ def run_local_sh(tmp_path: Path, overrides: str) -> subprocess.CompletedProcess:
 
 
 def test_run_local_sh_exit_codes_and_cleanup(tmp_path):
-    t0 = time.time()
     bad = run_local_sh(tmp_path, "lr=inf")
-    assert bad.returncode == 2 and "'lr' got inf" in bad.stderr and time.time() - t0 < 10
+    # refused by the config check, before any SuperLink starts (how fast is a benchmark's figure, not a test's)
+    assert bad.returncode == 2 and "'lr' got inf" in bad.stderr and "SuperLink pid" not in bad.stdout
     ok = run_local_sh(tmp_path, f"{JOB} out-dir='{tmp_path / 'ok'}'")
     assert ok.returncode == 0, ok.stdout[-3000:] + ok.stderr[-3000:]
     doc = json.loads((tmp_path / "ok" / "results.json").read_text())  # `flwr run . local` end to end (README)
