@@ -79,3 +79,20 @@ def test_rounds_without_a_local_split_rank_by_training_accuracy():
     info2 = strategy.round_metrics()
     assert info2["fedufo-ranked-clients"] == 2 and info2["fedufo-worst-half"] == 1
     assert info2["fedufo-worst-half-accuracy"] == pytest.approx(ranked[worst])
+
+
+def test_dynamic_sampling_never_picks_an_evicted_client():
+    """A client evicted after repeated timeouts (strategies/client_registry.py) is not sampled by FedUFO's own
+    sampler either, until it answers a liveness probe; the group size counts the eligible clients."""
+    cfg = _cfg(**{"partition": "shards", "fraction-train": 0.5, "local-epochs": 1, "num-server-rounds": 2,
+                  "local-test-fraction": 0.0})
+    grid = FailingGrid(4)
+    strategy = FedUFOStrategy(cfg)
+    theta = dict(model_params(build_model(cfg, (1, 8, 8), 10)))
+    out = strategy.train_round(grid, 1, theta)
+    worst = min(strategy.client_accuracy, key=lambda c: (strategy.client_accuracy[c], c))
+    strategy.registry.evicted[worst] = (0, 10**6)   # silent: evicted, its next probe far away
+    assert strategy.group_size() == 2               # ceil(0.5 * 3 eligible) = 2
+    for _ in range(20):
+        assert worst not in strategy.sample(2)      # the worst-ranked client would be picked first otherwise
+    assert worst not in strategy.train_round(grid, 2, out.params).sampled

@@ -140,13 +140,14 @@ class FedUFOStrategy(FLStrategy):
         return out
 
     def group_size(self) -> int:
-        n = len(self.clients)
+        """K_c = ceil(fraction-train * N) over the N eligible clients (registered, not evicted), as the base samples."""
+        n = len(self.registry.eligible())
         return min(n, max(self.cfg.min_train_nodes, math.ceil(self.cfg.fraction_train * n)))
 
     def sample(self, server_round: int) -> list[int]:
         if not self.ufo.dynamic_sampling:
             return super().sample(server_round)
-        ids, size = sorted(self.clients), self.group_size()
+        ids, size = self.registry.eligible(), self.group_size()  # an evicted (silent) client is never sampled
         worst = worst_half(ids, self.client_accuracy, min(size, len(ids)))
         ranked = worst_half(ids, self.client_accuracy, 2 * len(ids))  # every client with a finite value
         self._info.update({"fedufo-ranked-clients": len(ranked), "fedufo-worst-half": len(worst)})
