@@ -17,7 +17,7 @@ from __future__ import annotations
 import logging
 import time
 from dataclasses import dataclass, field
-from typing import Callable
+from typing import Callable, Iterable, Sequence
 
 from flwr.app import ArrayRecord, Message, RecordDict
 from flwr.serverapp import Grid
@@ -93,9 +93,22 @@ def exchange(grid: Grid, sends: dict[int, tuple[int, RecordDict]], message_type:
         result.bytes_sent += record_dict_nbytes(content)
         messages.append((cid, Message(content=content, dst_node_id=node_id, message_type=message_type,
                                       group_id=str(server_round))))
-    node_to_cid = {node_id: cid for cid, (node_id, _) in sends.items()}
     replies = push_and_pull(grid, [m for _, m in messages], timeout, poll)
-    msgid_to_cid = {m.metadata.message_id: cid for cid, m in messages if m.metadata.message_id}
+    sorted_out = sort_replies(messages, replies, phase, server_round, f"no reply within {timeout:.0f}s")
+    sorted_out.bytes_sent = result.bytes_sent
+    return sorted_out
+
+
+def sort_replies(sent: Sequence[tuple[int, Message]], replies: Iterable[Message], phase: str, server_round: int,
+                 missing: str) -> ExchangeResult:
+    """The replies to the messages ``sent`` (client id, message) by client id, and the failures: an error reply
+    ("error", or "node-lost" when the SuperLink answers for a dead node), no reply (``missing`` is the reason
+    given: "timeout"); a reply from a node nobody was sent to is ignored. The one classification of replies,
+    shared by :func:`exchange` and the Flower ``Strategy.start()`` face (strategies/flower_api.py), whose
+    replies Flower collected."""
+    result = ExchangeResult()
+    node_to_cid = {m.metadata.dst_node_id: cid for cid, m in sent}
+    msgid_to_cid = {m.metadata.message_id: cid for cid, m in sent if m.metadata.message_id}
     answered: set[int] = set()
     for reply in replies:
         cid = msgid_to_cid.get(reply.metadata.reply_to_message_id)
@@ -114,10 +127,10 @@ def exchange(grid: Grid, sends: dict[int, tuple[int, RecordDict]], message_type:
             continue
         result.bytes_received += record_dict_nbytes(reply.content)
         result.replies[cid] = reply
-    for cid in sends:
+    for cid, _ in sent:
         if cid not in answered:
-            result.failures.append(Failure(cid, phase, "timeout", f"no reply within {timeout:.0f}s"))
-            log.warning("round %s %s: client %s did not answer within %.0fs", server_round, phase, cid, timeout)
+            result.failures.append(Failure(cid, phase, "timeout", missing))
+            log.warning("round %s %s: client %s: %s", server_round, phase, cid, missing)
     # replies arrive in whatever order the clients finish: order them by client id so that everything
     # computed from them (sums of floats included) is the same for the same seed
     result.replies = dict(sorted(result.replies.items()))

@@ -32,7 +32,7 @@ from flcore.faces import start_problem
 from flcore.records import params_to_record, record_to_params
 from flcore.registry import get_method
 from strategies.client_registry import ClientRegistry, RoundFailed
-from strategies.exchange import Failure
+from strategies.exchange import Failure, sort_replies
 
 log = logging.getLogger("noniid_fl")
 
@@ -186,33 +186,13 @@ class FlowerStrategyAPI(Strategy):
 
     def _sort_replies(self, server_round: int, phase: str,
                       replies: Iterable[Message]) -> tuple[dict[int, Message], list[Failure]]:
-        """Replies to this phase's messages by client id (error replies and missing replies as failures;
-        a node the SuperLink reports lost is forgotten, so that it registers again)."""
-        sent = self._flower_sent.get(phase, [])
-        by_msg = {m.metadata.message_id: cid for cid, m in sent if m.metadata.message_id}
-        by_node = {m.metadata.dst_node_id: cid for cid, m in sent}
-        ok: dict[int, Message] = {}
-        failures: list[Failure] = []
-        for reply in replies:
-            cid = by_msg.get(reply.metadata.reply_to_message_id, by_node.get(reply.metadata.src_node_id))
-            if cid is None:
-                log.warning("round %s %s: reply from unknown node %s ignored", server_round, phase,
-                            reply.metadata.src_node_id)
-                continue
-            if reply.has_error():
-                err = reply.error
-                kind = "node-lost" if reply.metadata.src_node_id == 1 or err.code == 5 else "error"
-                failures.append(Failure(cid, phase, kind, f"code {err.code}: {err.reason}"))
-                if kind == "node-lost":
-                    self.registry.forget(cid)
-                continue
-            ok[cid] = reply
-        answered = set(ok) | {f.cid for f in failures}
-        failures += [Failure(cid, phase, "timeout", "no reply within start()'s timeout")
-                     for cid, _ in sent if cid not in answered]
-        for f in failures:
-            log.warning("round %s %s: client %s failed (%s): %s", server_round, phase, f.cid, f.kind, f.reason)
-        return dict(sorted(ok.items())), sorted(failures, key=lambda f: f.cid)
+        """Replies to this phase's messages by client id, classified as every exchange's are
+        (strategies/exchange.py ``sort_replies``: error and missing replies as failures); a node the SuperLink
+        reports lost is forgotten, so that it registers again, and a silent one counts towards its eviction."""
+        res = sort_replies(self._flower_sent.get(phase, []), replies, phase, server_round,
+                           "no reply within start()'s timeout")
+        self.registry.forget_lost(res)  # as every exchange of our driver: lost nodes forgotten, silent ones counted
+        return res.replies, res.failures
 
 
 def _is_number(value: Any) -> bool:

@@ -19,7 +19,6 @@ from flcore.methods.fedmix import GLOBAL, MEANS, MEANS_ACTION, POOL_SIZE
 from flcore.records import params_to_record, record_to_params
 from strategies.aggregation import weighted_average
 from strategies.base import ClientUpdate, FLStrategy, Params, RoundOutcome
-from strategies.exchange import exchange
 
 log = logging.getLogger("noniid_fl")
 
@@ -60,11 +59,9 @@ class FedMixStrategy(FLStrategy):
         sent = received = 0
         failures: list = []
         if missing:
-            sends = {cid: (self.clients[cid].node_id, self.train_content(server_round, cid, params))
-                     for cid in missing}
-            res = exchange(grid, sends, MEANS_ACTION, self.cfg.round_timeout, server_round,
-                           poll=self.cfg.reply_poll_interval)
-            self.registry.forget_lost(res)
+            res = self.driver.phase(grid, server_round, MEANS_ACTION,
+                                    {cid: self.train_content(server_round, cid, params) for cid in missing},
+                                    collect=False)  # replies are the clients' means, not models
             for cid in sorted(res.replies):
                 record = res.replies[cid].content.get(MEANS)
                 try:

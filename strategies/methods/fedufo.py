@@ -32,8 +32,9 @@ from flcore.config import ConfigError, RunConfig
 from flcore.methods.fedufo import (CLIENTS_KEY, COUNTS_KEY, DISC_PREFIX, GLOBAL_TRAIN_ACCURACY, GROUP_KEY, PRIOR_KEY,
                                    SAMPLING_METRICS, STAGE_KEY, FedUFOConfig, needs_relay)
 from flcore.records import params_to_record
-from strategies.base import ClientUpdate, FLStrategy, Params, RoundFailed, RoundOutcome
-from strategies.exchange import Failure, exchange
+from strategies.base import ClientUpdate, FLStrategy, Params, RoundOutcome
+from strategies.exchange import Failure
+from strategies.round_driver import Attempt
 
 log = logging.getLogger("noniid_fl")
 
@@ -217,46 +218,34 @@ class FedUFOStrategy(FLStrategy):
         return outcome
 
     def _relay_round(self, grid: Grid, server_round: int, params: Params) -> RoundOutcome:
-        failures: list[Failure] = []
-        sent = received = 0
-        timeout = self.cfg.round_timeout
-        for attempt in range(self.cfg.round_retries + 1):
+        """Two phases on the round primitive (strategies/round_driver.py), retried together: the sampled group
+        trains its priors; every member that sent one gets the others' priors relayed and trains its
+        posterior, which is aggregated."""
+        driver = self.driver
+
+        def attempt(_: int) -> Attempt:
             sampled = self.sample(server_round)
-            sends = {cid: (self.clients[cid].node_id, self.train_content(server_round, cid, params)) for cid in sampled}
-            res = exchange(grid, sends, "train.prior", timeout, server_round, poll=self.cfg.reply_poll_interval)
-            priors, rejected = self.collect_updates(server_round, res.replies, params, phase="train.prior")
-            failures += res.failures + rejected
-            sent, received = sent + res.bytes_sent, received + res.bytes_received
-            self.registry.forget_lost(res)
-            updates: list[ClientUpdate] = []
+            a = Attempt(sampled, [])
+            priors = a.add(driver.phase(grid, server_round, "train.prior",
+                                        {cid: self.train_content(server_round, cid, params) for cid in sampled},
+                                        params)).updates
             self._info.update({k: v for k, v in mean_method_metrics(priors).items()
                                if k == f"mean-{GLOBAL_TRAIN_ACCURACY}"})
-            if priors:
-                members = [u.cid for u in priors]
-                counts = {u.cid: self._class_counts(u) for u in priors}
-                relay = relay_records(members, {u.cid: u.params for u in priors}, counts)
-                sends = {}
-                for cid in members:
-                    content = self.train_content(server_round, cid, params)
-                    for key, rec in relay[cid].items():
-                        content[key] = rec
-                    sends[cid] = (self.clients[cid].node_id, content)
-                res = exchange(grid, sends, "train.posterior", timeout, server_round,
-                               poll=self.cfg.reply_poll_interval)
-                updates, rejected = self.collect_updates(server_round, res.replies, params, phase="train.posterior")
-                failures += res.failures + rejected
-                sent, received = sent + res.bytes_sent, received + res.bytes_received
-                self._info.update({"fedufo-relay": 1, "fedufo-group-size": len(members),
-                                   "fedufo-posterior-bytes-sent": res.bytes_sent})
-                self.registry.forget_lost(res)
-            need = min(self.cfg.min_train_replies, len(sampled))
-            if updates and len(updates) >= need:
-                self._info["fedufo-priors"] = len(priors)
-                return RoundOutcome(self.aggregate(server_round, params, updates), updates, sampled, failures,
-                                    sent, received)
-            log.warning("round %s attempt %s: %s prior(s), %s posterior(s), need %s", server_round, attempt + 1,
-                        len(priors), len(updates), need)
-            self.refresh_clients(grid, wait=False, server_round=server_round)
-        reasons = "; ".join(f"client {f.cid}: {f.phase} {f.kind} ({f.reason})" for f in failures[-10:])
-        raise RoundFailed(f"round {server_round}: fewer than min-train-replies={self.cfg.min_train_replies} "
-                          f"usable posterior models after {self.cfg.round_retries + 1} attempt(s). Failures: {reasons}")
+            if not priors:
+                return a
+            members = [u.cid for u in priors]
+            counts = {u.cid: self._class_counts(u) for u in priors}
+            relay = relay_records(members, {u.cid: u.params for u in priors}, counts)
+            contents = {}
+            for cid in members:
+                content = self.train_content(server_round, cid, params)
+                for key, rec in relay[cid].items():
+                    content[key] = rec
+                contents[cid] = content
+            posterior = a.add(driver.phase(grid, server_round, "train.posterior", contents, params))
+            a.updates = posterior.updates
+            self._info.update({"fedufo-relay": 1, "fedufo-group-size": len(members),
+                               "fedufo-posterior-bytes-sent": posterior.bytes_sent, "fedufo-priors": len(priors)})
+            return a
+
+        return driver.with_retries(grid, server_round, params, attempt, what="usable posterior models")

@@ -20,7 +20,6 @@ from flcore.config import RunConfig
 from flcore.methods.spherefed import CALIBRATE_ACTION, CALIBRATION_RECORD, SphereFedConfig
 from flcore.records import record_to_params
 from strategies.base import FLStrategy, Params, RoundOutcome
-from strategies.exchange import exchange
 
 log = logging.getLogger("noniid_fl")
 HEAD_KEY = "head.weight"
@@ -83,11 +82,9 @@ class SphereFedStrategy(FLStrategy):
             raise ValueError(f"SphereFed calibration: the global model has no '{HEAD_KEY}' (the spherefed model "
                              "hook builds it)")
         w = np.asarray(params[HEAD_KEY], dtype=np.float64)
-        sends = {cid: (info.node_id, self.train_content(server_round, cid, params))
-                 for cid, info in sorted(self.clients.items())}
-        res = exchange(grid, sends, CALIBRATE_ACTION, self.cfg.round_timeout, server_round,
-                       poll=self.cfg.reply_poll_interval)
-        self.registry.forget_lost(res)
+        res = self.driver.phase(grid, server_round, CALIBRATE_ACTION,
+                                {cid: self.train_content(server_round, cid, params) for cid in sorted(self.clients)},
+                                collect=False)  # replies are calibration statistics, not models
         cids = sorted(res.replies)
         v, u, problems = sum_reports([res.replies[c].content.get(CALIBRATION_RECORD) for c in cids],
                                      (w.shape[0], w.shape[0]), w.shape)
