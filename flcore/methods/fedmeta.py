@@ -42,7 +42,7 @@ SHARE_ACTION = "train.meta"        # message type of the share request, before a
 SHARE = "fedmeta-share"            # client -> server record: this client's meta share ("x": inputs, "y": labels)
 POOL_SIZE = "fedmeta-pool-size"    # round metric: how many samples the server's meta set holds after the round
 META_STEPS = "fedmeta-meta-steps"  # round metric: SGD steps of the round's meta update on the server
-META_LOSS = "fedmeta-meta-loss"    # round metric: mean cross-entropy of the meta update's minibatches (NaN: none)
+META_LOSS = "fedmeta-meta-loss"    # round metric: mean cross-entropy of the meta update's minibatches (absent: no step)
 
 
 def share_count(num_train: int, fraction: float) -> int:

@@ -179,14 +179,14 @@ class FedMetaStrategy(FLStrategy):
     def aggregate(self, server_round: int, params: Params, updates: list[ClientUpdate]) -> Params:
         avg = weighted_average([u.params for u in updates], [u.num_examples for u in updates])
         if not self.active or not self.shares:
-            self._last = {META_STEPS: 0, META_LOSS: math.nan}
+            self._last = {META_STEPS: 0}
             return avg
         model, (x, y) = self.server_model(), self.pool()
         load_params(model, avg)
         c, cfg = self.mcfg, self.cfg
         steps, loss = meta_update(model, x, y, c.epochs, c.steps, c.meta_lr(cfg.lr), c.meta_batch(cfg.batch_size),
                                   cfg.momentum, cfg.weight_decay, seed=cfg.seed * 1_000_003 + server_round)
-        self._last = {META_STEPS: steps, META_LOSS: loss}
+        self._last = {META_STEPS: steps, **({META_LOSS: loss} if steps else {})}
         return OrderedDict(model_params(model))
 
     def round_metrics(self) -> dict[str, Any]:
