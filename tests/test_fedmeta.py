@@ -253,3 +253,20 @@ def test_the_pool_is_stacked_in_client_order_and_survives_a_checkpoint():
     fresh.load_state_dict(strat.state_dict())
     assert fresh.asked == {1, 3, 4} and sorted(fresh.shares) == [1, 3]
     np.testing.assert_array_equal(fresh.shares[3][1], [2])
+
+
+# ------------------------------------------------------------------------------ it learns
+@pytest.mark.slow
+def test_fedmeta_beats_fedavg_on_digits_dirichlet_01(tmp_path):
+    """digits, Dirichlet(0.1), 8 clients, 12 rounds (tests/_learning_digits.py; ~16 s in a fresh process): the server's meta set (10 %
+    of every client's training split, 144 samples here) is close to the balanced distribution no client holds, so
+    the meta-updated global model beats FedAvg's. Measured 2026-12-02 (best G-FL accuracy): seed 1 (this job)
+    FedAvg 0.836, FedMeta 0.911 (+0.075); seed 2 0.916 / 0.958; seed 3 0.864 / 0.930; local-data = rest (seed 1)
+    0.889. Asserted: FedMeta learns (> 0.85) and beats FedAvg by more than 0.03, under half the gap measured."""
+    from tests._learning_digits import best_accuracy, run_digits
+
+    fedavg = best_accuracy(run_digits(tmp_path / "fedavg", method="fedavg"))
+    meta_rounds = run_digits(tmp_path / "fedmeta", method="fedmeta")
+    fedmeta = best_accuracy(meta_rounds)
+    assert meta_rounds[-1]["strategy"][POOL_SIZE] == 144
+    assert fedmeta > 0.85 and fedmeta > fedavg + 0.03, (fedavg, fedmeta)
