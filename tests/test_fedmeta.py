@@ -138,7 +138,7 @@ def test_checked_share_refuses_what_the_registration_does_not_allow():
     for arrays, message in bad:
         with pytest.raises(ValueError, match=f"client 5: record 'fedmeta-share' .*{message}"):
             checked_share(5, params_to_record(arrays), 3, (1, 8, 8), 10)
-    with pytest.raises(ValueError, match="must be an ArrayRecord, got ConfigRecord"):
+    with pytest.raises(TypeError, match="must be an ArrayRecord, got ConfigRecord"):
         checked_share(5, ConfigRecord({"x": 1}), 3, (1, 8, 8), 10)
 
 
@@ -245,7 +245,8 @@ def test_a_hostile_share_is_refused_naming_the_client_and_the_round_completes(tm
 
 def test_the_pool_is_stacked_in_client_order_and_survives_a_checkpoint():
     strat = FedMetaStrategy(make_cfg(method="fedmeta"))
-    strat.shares = {3: (np.ones((1, 6), np.float32), np.array([2])), 1: (np.zeros((2, 6), np.float32), np.array([0, 1]))}
+    strat.shares = {3: (np.ones((1, 6), np.float32), np.array([2])),
+                    1: (np.zeros((2, 6), np.float32), np.array([0, 1]))}
     strat.asked = {1, 3, 4}
     x, y = pooled(strat.shares)
     assert x[:, 0].tolist() == [0.0, 0.0, 1.0] and y.tolist() == [0, 1, 2]
@@ -258,11 +259,12 @@ def test_the_pool_is_stacked_in_client_order_and_survives_a_checkpoint():
 # ------------------------------------------------------------------------------ it learns
 @pytest.mark.slow
 def test_fedmeta_beats_fedavg_on_digits_dirichlet_01(tmp_path):
-    """digits, Dirichlet(0.1), 8 clients, 12 rounds (tests/_learning_digits.py; ~16 s in a fresh process): the server's meta set (10 %
-    of every client's training split, 144 samples here) is close to the balanced distribution no client holds, so
-    the meta-updated global model beats FedAvg's. Measured 2026-12-02 (best G-FL accuracy): seed 1 (this job)
-    FedAvg 0.836, FedMeta 0.911 (+0.075); seed 2 0.916 / 0.958; seed 3 0.864 / 0.930; local-data = rest (seed 1)
-    0.889. Asserted: FedMeta learns (> 0.85) and beats FedAvg by more than 0.03, under half the gap measured."""
+    """digits, Dirichlet(0.1), 8 clients, 12 rounds (tests/_learning_digits.py; ~16 s in a fresh process): the
+    server's meta set (10 % of every client's training split, 144 samples here) is close to the balanced
+    distribution no client holds, so the meta-updated global model beats FedAvg's. Measured 2026-12-02 (best G-FL
+    accuracy): seed 1 (this job) FedAvg 0.836, FedMeta 0.911 (+0.075); seed 2 0.916 / 0.958; seed 3 0.864 / 0.930;
+    local-data = rest (seed 1) 0.889. Asserted: FedMeta learns (> 0.85) and beats FedAvg by more than 0.03, under
+    half the gap measured."""
     from tests._learning_digits import best_accuracy, run_digits
 
     fedavg = best_accuracy(run_digits(tmp_path / "fedavg", method="fedavg"))

@@ -11,7 +11,7 @@ from __future__ import annotations
 import numpy as np
 import torch
 
-from client_app.trainers.base import TrainReply, Trainer
+from client_app.trainers.base import Trainer, TrainReply
 from client_app.training import TrainStats, local_train
 from flcore.methods.fedmeta import SHARE, SHARE_ACTION, FedMetaConfig, share_count
 from flcore.records import params_to_record

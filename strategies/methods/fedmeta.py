@@ -14,7 +14,8 @@ from __future__ import annotations
 import logging
 import math
 from collections import OrderedDict
-from typing import Any, Mapping
+from collections.abc import Mapping
+from typing import Any
 
 import numpy as np
 import torch
@@ -39,10 +40,11 @@ Share = tuple[np.ndarray, np.ndarray]
 
 def checked_share(cid: int, record: Any, expected: int, input_shape: tuple[int, ...], num_classes: int) -> Share:
     """Client ``cid``'s meta share from its reply record: x float32 (expected, *input_shape), y int64 (expected,)
-    with labels in [0, num_classes) and finite inputs; else a ValueError naming the client and what is wrong."""
+    with labels in [0, num_classes) and finite inputs; else a ValueError (a TypeError for another kind of record)
+    naming the client and what is wrong."""
     where = f"client {cid}: record '{SHARE}'"
     if not isinstance(record, ArrayRecord):
-        raise ValueError(f"{where} must be an ArrayRecord, got {type(record).__name__}")
+        raise TypeError(f"{where} must be an ArrayRecord, got {type(record).__name__}")
     try:
         arrays = record_to_params(record)
     except Exception as exc:  # noqa: BLE001 - bytes a client sent that do not decode are a refused share
@@ -156,7 +158,7 @@ class FedMetaStrategy(FLStrategy):
                 self.shares[cid] = checked_share(cid, reply.content[SHARE], self.expected_share(cid),
                                                  self.input_shape, self.num_classes)
                 self._pool = None
-            except ValueError as err:
+            except (ValueError, TypeError) as err:
                 failures.append(Failure(cid, SHARE_ACTION, "rejected", str(err)))
                 log.warning("round %s: FedMeta share left out: %s", server_round, err)
         return failures, res.bytes_sent, res.bytes_received
