@@ -56,7 +56,8 @@ def _share_reply(cfg: RunConfig, cid: int, data: ClientData):
 def test_the_client_shares_the_requested_count_of_its_training_split_only_deterministically():
     cfg, data = make_cfg(method="fedmeta"), _data()
     reply = _share_reply(cfg, 2, data)
-    assert reply.params == {} and reply.metrics == {"cid": 2, "num-examples": 40}   # no model travels back
+    assert reply.params == {} and reply.metrics["cid"] == 2 and reply.metrics["num-examples"] == 40   # no model
+    assert reply.metrics["local-steps"] == 0 and math.isnan(reply.metrics["local-accuracy"])          # nor a score
     share = record_to_params(reply.records[SHARE])
     x, y = share["x"], share["y"]
     assert x.dtype == np.float32 and y.dtype == np.int64 and x.shape == (4, 6) and y.shape == (4,)

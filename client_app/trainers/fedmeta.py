@@ -2,7 +2,7 @@
 the server's request (message type ``train.meta``), the client's meta share: a seeded random subset of
 :func:`flcore.methods.fedmeta.share_count` samples of its local TRAINING split (the local test split is never
 read), returned as record ``fedmeta-share`` (x float32, y int64) with empty parameters (the server keeps its own
-model). With ``fedmeta.local-data = rest`` the client then trains on its training split without those samples
+model) and the base metrics, NaN where they would need a training or an evaluation. With ``fedmeta.local-data = rest`` the client then trains on its training split without those samples
 (recomputed every round from the same seed: no client state).
 """
 
@@ -47,7 +47,11 @@ class FedMetaTrainer(Trainer):
         d, idx = self.job.data, self._shared()
         x = d.x_train.detach()[idx.to(d.x_train.device)].cpu().numpy().astype(np.float32)
         y = d.y_train.detach()[idx.to(d.y_train.device)].cpu().numpy().astype(np.int64)
-        metrics: dict[str, float | int] = {"cid": self.job.cid, "num-examples": d.num_train}
+        nan = float("nan")  # nothing was trained or evaluated (the local test split is not read)
+        metrics: dict[str, float | int] = {
+            "cid": self.job.cid, "num-examples": d.num_train, "train_loss": nan, "local-steps": 0,
+            "local-accuracy": nan, "local-loss": nan, "global-model-local-accuracy": nan,
+            "global-model-local-loss": nan}
         return TrainReply({}, metrics, {SHARE: params_to_record({"x": np.ascontiguousarray(x),
                                                                   "y": np.ascontiguousarray(y)})})
 
