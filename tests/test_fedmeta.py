@@ -273,3 +273,33 @@ def test_fedmeta_beats_fedavg_on_digits_dirichlet_01(tmp_path):
     fedmeta = best_accuracy(meta_rounds)
     assert meta_rounds[-1]["strategy"][POOL_SIZE] == 144
     assert fedmeta > 0.85 and fedmeta > fedavg + 0.03, (fedavg, fedmeta)
+
+
+def test_the_aggregate_is_fedavgs_average_meta_updated_on_the_pool():
+    """What the server evaluates and broadcasts: the FedAvg average, then meta_update on the pool with the run's
+    lr, batch, momentum and weight decay and the round's seed; the same bit for bit when recomputed by hand."""
+    from models import build_model
+    from strategies.aggregation import weighted_average
+    from strategies.base import ClientUpdate
+    from tests._baselines_util import CLASSES, DIM
+
+    cfg = make_cfg(method="fedmeta", lr=0.2, batch_size=3, momentum=0.5, weight_decay=1e-3)
+    strat = FedMetaStrategy(cfg)
+    strat.input_shape, strat.num_classes = (DIM,), CLASSES
+    g = torch.Generator().manual_seed(4)
+    strat.shares = {0: (torch.randn(5, DIM, generator=g).numpy(), np.array([0, 1, 2, 0, 1])),
+                    2: (torch.randn(2, DIM, generator=g).numpy(), np.array([2, 2]))}
+    base = initial_params(cfg)
+    moved = {k: v + 0.01 for k, v in base.items()}
+    updates = [ClientUpdate(0, base, 10, {}, {}), ClientUpdate(2, moved, 30, {}, {})]
+    out = strat.aggregate(4, base, updates)
+    avg = weighted_average([base, moved], [10, 30])
+    model = build_model(cfg, (DIM,), CLASSES)
+    model.load_state_dict({k: torch.from_numpy(v) for k, v in avg.items()})
+    x, y = pooled(strat.shares)
+    steps, _ = meta_update(model, torch.from_numpy(x), torch.from_numpy(y), 1, 0, 0.2, 3, 0.5, 1e-3,
+                           seed=cfg.seed * 1_000_003 + 4)
+    assert steps == 3 and strat.round_metrics()[META_STEPS] == 3 and strat.round_metrics()[POOL_SIZE] == 7
+    for k, v in model.state_dict().items():
+        np.testing.assert_array_equal(out[k], v.numpy())
+        assert not np.array_equal(out[k], avg[k])
