@@ -4,7 +4,7 @@ Message actions:
     query            -> register: this node's stable client id, data size and class counts
     train, train.<a> -> the method's Trainer (job.phase = message type, e.g. "train.prior" for FedUFO,
                         "train.calibrate" for SphereFed's calibration statistics, "train.means" for FedMix's
-                        shared means)
+                        shared means, "train.meta" for FedMeta's meta share)
     evaluate         -> the global model on this client's local test split
 
 The server sends its full run config in every message (record "run_config"), so clients always train
@@ -275,6 +275,11 @@ def train_calibrate(msg: Message, context: Context) -> Message:
 
 @app.train("means")
 def train_means(msg: Message, context: Context) -> Message:
+    return _train(msg, context)
+
+
+@app.train("meta")
+def train_meta(msg: Message, context: Context) -> Message:
     return _train(msg, context)
 
 

@@ -212,7 +212,8 @@ UFO_SOURCE = ("Sec. 4.1.1: 100 clients, each class cut into 20 shards, 2 of the 
               "al.), C = 0.1, E = 10, B = 10 (MNIST) / 50 (CIFAR-10), SGD lr 0.01, momentum 0.9, weight decay "
               "2e-4, lambda = 3 (Eq. 12), the discriminator's input width 200 (MNIST) / 64 (CIFAR-10), K = 100 "
               "outputs; Sec. 3.3.2: dynamic sampling; Table 1: FedUFO = UAD + CGR + CGL; q-FFL with q = 2 "
-              "('we test q = 1, 2, 5 and provide the result of q = 2')")
+              "('we test q = 1, 2, 5 and provide the result of q = 2'); Sec. 4.1.1 iv: FedMeta with '10% data of "
+              "every client' as the meta data that fine-tunes the aggregated model each iteration")
 UFO_CHOICES = {
     "num-server-rounds": "the paper plots accuracy over rounds without a stated total; our budget",
     "local-test-fraction": "the paper states no local split; Table 1 is the global model on the test set, so "
@@ -222,6 +223,12 @@ UFO_CHOICES = {
     "fedufo.posterior-init": "Fig. 2 trains the posterior from the global model w_t",
     "lr": "not expressible exactly: 'the SGD optimizer in both client and server' with lr 0.01; our server "
           "averages the client models (a server step of 1), the clients use lr 0.01",
+}
+UFO_META_CHOICES = {
+    "fedmeta.epochs": "neither FedUFO's text nor the abstract of its [31] states how long the meta update runs "
+                      "('finetune the aggregated global model in each iteration'); one epoch over the meta set",
+    "fedmeta.batch-size": "the text states no meta batch; the run's B, reading 'the same implementation settings'",
+    "fedmeta.local-data": "the text does not say the shared 10% leave the client's training data; they stay",
 }
 UFO_SETTINGS = {
     "mnist": ("mlp", 10, 100, "McMahan's MNIST 2NN (784-200-200), our 'mlp': its 200-d features are the "
@@ -244,11 +251,20 @@ def _ufo(dataset: str, method: str = "fedufo") -> Preset:
                        "fedufo.dynamic-sampling": True, "fedufo.stage-one-fraction": 0.5,
                        "fedufo.posterior-init": "global"})
     else:
-        values["qfedavg.q"] = 2.0
         choices = {k: v for k, v in choices.items() if not k.startswith("fedufo.")}
+        if method == "fedmeta":  # Sec. 4.1.1 iv: "10% data of every client are used to construct the meta data"
+            # 'SGD in both client and server' with lr 0.01 is what runs: the clients' SGD and the server's meta
+            # SGD (with the run's momentum and weight decay): stated, not a choice
+            values.update({"fedmeta.fraction": 0.1, "fedmeta.lr": 0.01, "fedmeta.epochs": 1,
+                           "fedmeta.batch-size": batch, "fedmeta.local-data": "all"})
+            choices.pop("lr")
+            choices.update(UFO_META_CHOICES)
+        else:
+            values["qfedavg.q"] = 2.0
     label = {"mnist": "MNIST", "cifar10": "CIFAR-10"}[dataset]
     suffix = "" if method == "fedufo" else f"-{method}"
-    who = "FedUFO" if method == "fedufo" else "baseline q-FFL (q = 2)"
+    who = {"fedufo": "FedUFO", "fedmeta": "baseline FedMeta (10% of every client's data as meta data)"}.get(
+        method, "baseline q-FFL (q = 2)")
     return Preset(f"fedufo-{dataset}-shards{suffix}", UFO,
                   f"Tables 1-2: {label}, 100 clients x 2 shards, 10% per round, {who}", UFO_SOURCE, values,
                   choices, num_supernodes=100)
@@ -364,6 +380,7 @@ PRESETS: list[Preset] = [
                                                "5x5 kernels, filter counts lost in our copy) is not among our "
                                                "models; our convnet (32 and 64 filters, 64-d embedding)"),
     _ufo("mnist"), _ufo("cifar10"), _ufo("mnist", "qfedavg"), _ufo("cifar10", "qfedavg"),
+    _ufo("mnist", "fedmeta"), _ufo("cifar10", "fedmeta"),
     *(_br(s) for s in BR_SETTINGS),
     *(_nc(s) for s in NC_SETTINGS),
 ]

@@ -115,8 +115,8 @@ def _weighted_mean(replies: list[Message]) -> dict[str, np.ndarray]:
 # ------------------------------------------------------------------------------- Strategy.start()
 def test_the_single_exchange_methods_are_all_but_fedufo():
     # fedufo relays priors within a round; spherefed calibrates its classifier in one more exchange at the end;
-    # fedmix asks the clients for their means in one more exchange before a round
-    assert set(methods()) - set(START) == {"fedufo", "spherefed", "fedmix"}
+    # fedmix asks the clients for their means in one more exchange before a round, fedmeta for its meta share
+    assert set(methods()) - set(START) == {"fedufo", "spherefed", "fedmix", "fedmeta"}
     assert set(START) - set(NUMPY) == {"scaffold", "fedetf", "fedgmv", "fedcm", "apple", "fedmtl"}   # a server record each round
 
 

@@ -45,7 +45,8 @@ KNOBS = {"fedrane": {"fedrane.lra-tau", "fedrane.lra-lambda-g", "fedrane.lra-lam
                     "etf-scale"},
          "fedprox": {"fedprox.mu"}, "qfedavg": {"qfedavg.q"}, "scaffold": {"scaffold.option", "scaffold.server-lr"},
          "perfedavg": {"perfedavg.alpha", "perfedavg.variant"},
-         "pfedme": {"pfedme.lamda", "pfedme.k-steps", "pfedme.personal-lr", "pfedme.beta"}}
+         "pfedme": {"pfedme.lamda", "pfedme.k-steps", "pfedme.personal-lr", "pfedme.beta"},
+         "fedmeta": {"fedmeta.fraction", "fedmeta.epochs", "fedmeta.lr", "fedmeta.batch-size", "fedmeta.local-data"}}
 
 
 def family(name: str) -> str:
