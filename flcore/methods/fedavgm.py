@@ -17,10 +17,11 @@ from flcore.schema import Section, param
 class FedAvgMConfig(Section):
     NAME = "fedavgm"
     server_momentum: float = param(
-        0.9, "server momentum beta in v_t = beta v_{t-1} + Delta_t (Hsu et al., Sec. 3; the paper tunes beta per "
-             "setting). 0.9: the value Flower's reproduction of the paper's Fig. 5 runs (adap/flower baselines/"
-             "fedavgm/fedavgm/conf/base.yaml, server.momentum) and FL-bench's default (src/server/fedavgm.py, "
-             "FedAvgMServer.get_hyperparams); Flower's strategy defaults to 0.0, which is FedAvg", ge=0, lt=1)
+        0.9, "server momentum beta in v_t = beta v_{t-1} + Delta_t (Hsu et al., Sec. 3; only the paper's abstract "
+             "could be read). 0.9: the value Flower's reproduction of the paper's Fig. 5 runs (adap/flower baselines/"
+             "fedavgm/fedavgm/conf/base.yaml, server.momentum) and FL-bench's default (KarhouTam/FL-bench "
+             "src/server/fedavgm.py, FedAvgMServer.get_hyperparams); Flower's FedAvgM class defaults to 0.0, "
+             "which is FedAvg", ge=0, lt=1)
     server_lr: float = param(
         1.0, "server learning rate eta_s in w_{t+1} = w_t - eta_s v_t. 1.0: Flower's default (flwr serverapp/"
              "strategy/fedavgm.py, FedAvgM.__init__ server_learning_rate) and its paper reproduction's (base.yaml, "
