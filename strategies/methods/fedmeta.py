@@ -31,7 +31,7 @@ from flcore.records import load_params, model_params, record_to_params
 from models import build_model
 from strategies.aggregation import weighted_average
 from strategies.base import ClientUpdate, FLStrategy, Params, RoundOutcome
-from strategies.exchange import Failure, exchange
+from strategies.exchange import Failure
 
 log = logging.getLogger("noniid_fl")
 
@@ -142,10 +142,9 @@ class FedMetaStrategy(FLStrategy):
         missing = sorted(c for c in self.clients if c not in self.asked and self.expected_share(c) > 0)
         if not missing:
             return [], 0, 0
-        sends = {cid: (self.clients[cid].node_id, self.train_content(server_round, cid, params)) for cid in missing}
-        res = exchange(grid, sends, SHARE_ACTION, self.cfg.round_timeout, server_round,
-                       poll=self.cfg.reply_poll_interval)
-        self.registry.forget_lost(res)
+        res = self.driver.phase(grid, server_round, SHARE_ACTION,
+                                {cid: self.train_content(server_round, cid, params) for cid in missing},
+                                collect=False)  # replies are the clients' shares, not models
         failures = list(res.failures)
         for cid, reply in sorted(res.replies.items()):
             self.asked.add(cid)
