@@ -19,10 +19,11 @@ from flcore.registry import methods
 from server_app.preflight import GPU_DRIVER_FILES
 
 ROOT = Path(__file__).resolve().parent.parent
-REFUSAL_BUDGET_S = 3.0
 
 
 def cli(*args: str, cwd: Path) -> tuple[subprocess.CompletedProcess, float]:
+    """Run the command line (a 120 s timeout guards against a hang; how fast a refusal comes is no test's
+    business, issue 39); returns the process and its wall time."""
     env = {**os.environ, "PYTHONPATH": str(ROOT), "OMP_NUM_THREADS": "1"}
     t0 = time.perf_counter()
     proc = subprocess.run([sys.executable, "-m", "cli", *args], cwd=cwd, env=env, capture_output=True, text=True,
@@ -76,12 +77,11 @@ if not HAS_GPU_DRIVER:  # on a GPU machine device='cuda' is a valid config (chec
 
 
 @pytest.mark.parametrize("overrides, extra, words", [c[1:] for c in CASES], ids=[c[0] for c in CASES])
-def test_bad_config_is_refused_fast_naming_the_key(tmp_path, overrides, extra, words):
+def test_bad_config_is_refused_before_any_engine_naming_the_key(tmp_path, overrides, extra, words):
     paths = _prepare(tmp_path)
-    proc, took = cli("run", *extra, "-c", overrides.format(**paths), cwd=tmp_path)
+    proc, _ = cli("run", *extra, "-c", overrides.format(**paths), cwd=tmp_path)
     out = (proc.stdout + proc.stderr).strip()
     assert proc.returncode == 2, out
-    assert took < REFUSAL_BUDGET_S, f"refused after {took:.2f}s"
     assert 1 <= len(out.splitlines()) <= 3 and "Traceback" not in out, out
     assert out.startswith("noniid-fl: error:"), out
     for word in words:
@@ -104,12 +104,12 @@ def test_a_refusal_imports_no_engine(tmp_path):
 
 
 def test_check_accepts_a_good_config_and_names_the_default_out_dir(tmp_path):
-    proc, took = cli("run", "--check", "--nodes", "4", "-c", "method='fedprox' fedprox.mu=0.1 dataset='digits'",
+    proc, _ = cli("run", "--check", "--nodes", "4", "-c", "method='fedprox' fedprox.mu=0.1 dataset='digits'",
                      cwd=tmp_path)
     assert proc.returncode == 0, proc.stderr
     m = re.search(r"-> (\S+)$", proc.stdout.strip())
     assert m and re.fullmatch(re.escape(str(tmp_path / "runs" / "fedprox-")) + r"\d{8}-\d{6}", m.group(1))
-    assert not (tmp_path / "runs").exists() and took < REFUSAL_BUDGET_S
+    assert not (tmp_path / "runs").exists()
 
 
 def test_usage_errors_exit_2(tmp_path):
