@@ -258,29 +258,19 @@ def train(msg: Message, context: Context) -> Message:
     return _train(msg, context)
 
 
-@app.train("prior")
-def train_prior(msg: Message, context: Context) -> Message:
-    return _train(msg, context)
+def _declared_actions() -> list[str]:
+    """Every "train.<action>" a declared method's strategy sends besides "train" (``Payload.actions``: FedUFO's
+    prior and posterior, SphereFed's calibrate, FedMix's means, FedMeta's meta), as Flower's action names."""
+    from flcore.registry import methods
+
+    return sorted({a.split(".", 1)[1] for d in methods().values() for a in d.payload.actions
+                   if a.startswith("train.")})
 
 
-@app.train("posterior")
-def train_posterior(msg: Message, context: Context) -> Message:
-    return _train(msg, context)
-
-
-@app.train("calibrate")
-def train_calibrate(msg: Message, context: Context) -> Message:
-    return _train(msg, context)
-
-
-@app.train("means")
-def train_means(msg: Message, context: Context) -> Message:
-    return _train(msg, context)
-
-
-@app.train("meta")
-def train_meta(msg: Message, context: Context) -> Message:
-    return _train(msg, context)
+# one handler per declared action, all the same training entry (the trainer branches on the phase): a new
+# method's exchange is declared in its Payload, not registered here by hand
+for _action in _declared_actions():
+    app.train(_action)(_train)
 
 
 @app.evaluate()

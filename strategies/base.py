@@ -21,8 +21,9 @@ Hooks for methods:
     state_dict() / load_state_dict() -> everything needed to resume (extend with super())
     round_metrics()           -> method scalars logged in results.json every round
 What a method reads: ``cfg``, ``clients`` (id -> ClientInfo), ``rng`` (the seeded sampler's stream),
-``client_accuracy``; a ``train_round`` of its own calls ``refresh_clients``, ``train_content``,
-``collect_updates``, :func:`strategies.exchange.exchange` and ``registry.forget_lost``.
+``client_accuracy``; a ``train_round`` of its own is a sequence of phases on the round primitive
+(``driver.phase`` per exchange, ``driver.with_retries`` around an attempt; strategies/round_driver.py) with
+``refresh_clients``, ``sample`` and ``train_content``.
 """
 
 
