@@ -129,47 +129,21 @@ def round_clock(cpu_each_round: bool = True) -> Iterator[list[tuple[float, float
         runner._say = original
 
 
-def _modules_calling_exchange(package: str = "strategies") -> list[Any]:
-    """Every module of ``package`` and its subpackages that imported ``strategies.exchange.exchange`` by name
-    (the round driver, the client registry, FedUFO's relay and SphereFed's calibration in strategies/methods/):
-    the places a timing wrapper must replace it."""
-    import importlib
-    import pkgutil
-
-    import strategies.exchange as ex
-
-    pkg = importlib.import_module(package)
-    mods = [importlib.import_module(info.name) for info in pkgutil.walk_packages(pkg.__path__, f"{package}.")]
-    return [m for m in mods if m is not ex and getattr(m, "exchange", None) is ex.exchange]
-
-
 @contextlib.contextmanager
 def exchange_clock() -> Iterator[list[dict]]:
-    """Record every message exchange of the strategies: phase, number of messages, bytes, start, duration."""
-    import strategies.exchange as ex
+    """Record every message exchange of the strategies: phase, number of messages, bytes, start, duration
+    (an exchange observer, strategies/exchange.py ``observe_exchanges``)."""
+    from strategies.exchange import observe_exchanges
 
     calls: list[dict] = []
-    original = ex.exchange
 
-    def timed_exchange(grid, sends, message_type, timeout, server_round, phase=None, **kwargs):
-        t = time.time()
-        res = original(grid, sends, message_type, timeout, server_round, phase=phase, **kwargs)
-        calls.append({"phase": phase or message_type, "round": server_round, "messages": len(sends),
-                      "replies": len(res.replies), "bytes_sent": res.bytes_sent,
-                      "bytes_received": res.bytes_received, "start": t, "seconds": time.time() - t})
-        return res
+    def note(r) -> None:
+        calls.append({"phase": r.phase, "round": r.server_round, "messages": r.messages, "replies": r.replies,
+                      "bytes_sent": r.bytes_sent, "bytes_received": r.bytes_received, "start": r.start,
+                      "seconds": r.seconds})
 
-    patched = _modules_calling_exchange()
-    if not patched:
-        raise RuntimeError("no module of strategies/ calls strategies.exchange.exchange by name: the exchange "
-                           "clock would record nothing")
-    for mod in patched:
-        mod.exchange = timed_exchange
-    try:
+    with observe_exchanges(note):
         yield calls
-    finally:
-        for mod in patched:
-            mod.exchange = original
 
 
 def run_flower(overrides: Mapping[str, Any], num_supernodes: int, total_cpus: int,

@@ -109,8 +109,8 @@ def test_gne_benchmark_times_a_converged_aggregation_of_distinct_updates():
 
 
 def test_exchange_clock_records_every_exchange_of_an_in_process_run(tmp_path):
-    """The benchmarks' exchange clock wraps ``exchange`` wherever the strategies call it (the round driver and
-    the client registry since strategies/base.py was split): registration, then train + evaluate per round,
+    """The benchmarks' exchange clock observes every exchange (strategies/exchange.py observe_exchanges):
+    registration, then train + evaluate per round,
     with the serialized model bytes of every message (logistic model on 8x8 digits: 64 x 10 + 10 float32
     values, plus one .npy header per array)."""
     from flwr.app import RecordDict
@@ -120,7 +120,6 @@ def test_exchange_clock_records_every_exchange_of_an_in_process_run(tmp_path):
     from flcore.records import model_params, params_to_record
     from models import build_model
     import strategies.exchange as ex
-    import strategies.round_driver as driver
 
     over = {"dataset": "digits", "model": "logistic", "num-server-rounds": 2, "checkpoint": False,
             "local-test-fraction": 0.25, "federated-eval-every": 1, "out-dir": str(tmp_path)}
@@ -134,7 +133,7 @@ def test_exchange_clock_records_every_exchange_of_an_in_process_run(tmp_path):
     assert (64 * 10 + 10) * 4 < model_bytes < (64 * 10 + 10) * 4 + 2 * 1024
     assert calls[0]["bytes_sent"] == 0 and all(c["bytes_sent"] == 3 * model_bytes for c in calls[1:])
     assert [c["bytes_received"] for c in calls[1:]] == [3 * model_bytes, 0] * 2   # evaluate sends no model back
-    assert driver.exchange is ex.exchange                                          # unwrapped afterwards
+    assert ex.exchange_observers() == 0                                           # detached afterwards
 
 
 def test_fedrane_profile_phases_name_functions_that_exist():
@@ -152,15 +151,16 @@ def test_fedrane_profile_phases_name_functions_that_exist():
         assert name in defined, f"{label}: no function {name} in {suffix}"
 
 
-def test_exchange_clock_finds_the_callers_inside_the_method_packages():
-    """The clock's search descends into strategies/methods/ (FedUFO's relay, SphereFed's calibration exchange)
-    as well as the shared modules."""
-    from benchmarks.harness import _modules_calling_exchange
+def test_exchange_clock_sees_the_exchanges_of_the_method_packages_too(tmp_path):
+    """The clock is an exchange observer: it sees every exchange wherever it is sent, here FedMix's means request
+    (strategies/methods/fedmix.py, through the round primitive) before each new client's first round."""
+    from benchmarks.harness import run_inprocess
 
-    found = {m.__name__ for m in _modules_calling_exchange()}
-    assert {"strategies.round_driver", "strategies.client_registry", "strategies.methods.fedufo",
-            "strategies.methods.spherefed"} <= found
-    assert not any(name.startswith("client_app") for name in found)
+    over = {"method": "fedmix", "dataset": "digits", "model": "logistic", "num-server-rounds": 1,
+            "checkpoint": False, "out-dir": str(tmp_path)}
+    calls = run_inprocess(over, num_nodes=3)["exchanges"]
+    assert [(c["phase"], c["round"], c["messages"]) for c in calls] == [("register", 0, 3), ("train.means", 1, 3),
+                                                                         ("train", 1, 3)]
 
 
 def test_round_clock_reads_the_tree_cpu_only_where_the_steady_state_needs_it(tmp_path):
