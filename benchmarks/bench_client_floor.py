@@ -31,13 +31,10 @@ def engine_round_cpu(cfg: dict, clients: int, client_app: str) -> tuple[float, l
     from engines.local import parse_run_config, run_inprocess
 
     ends: list[float] = []
-    say = runner._say
-    runner._say = lambda text: ends.append(time.process_time()) if text.startswith("[round ") else None
-    try:
+    with runner.observe_lines(lambda text: ends.append(time.process_time()) if text.startswith("[round ") else None,
+                              echo=False):
         run_cfg = parse_run_config(cfg).with_out_dir()
         run_inprocess(run_cfg, clients, client_app=client_app)
-    finally:
-        runner._say = say
     doc = json.loads((run_cfg.out_path / "results.json").read_text())
     return (ends[-2] - ends[0]) / (len(ends) - 2), [r["global_accuracy"] for r in doc["rounds"]]
 

@@ -278,12 +278,8 @@ def main() -> None:
         import server_app.runner as runner
 
         cfg = {**workload(args.rounds, tmp, args.dataset, 0), "overwrite": True}
-        say = runner._say
-        runner._say = lambda text: (tick() if text.startswith("[round ") else None)
-        try:
+        with runner.observe_lines(lambda text: (tick() if text.startswith("[round ") else None), echo=False):
             run_local(cfg, args.clients)
-        finally:
-            runner._say = say
 
     def plain(tick, tmp):
         plain_fedavg(workload(args.rounds, tmp, args.dataset, 0), args.clients, on_round=lambda r, t: tick())

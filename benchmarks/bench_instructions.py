@@ -66,8 +66,8 @@ def child(variant: str, dataset: str, rounds: int, clients: int) -> None:
             plain_fedavg(workload(rounds + 3, tmp, dataset, 0), clients, on_round=lambda r, t: tick())
         else:
             run_local({**workload(2, tmp, dataset, 0), "overwrite": True}, clients)
-            runner._say = lambda text: tick() if text.startswith("[round ") else None
-            run_local({**workload(rounds + 3, tmp, dataset, 0), "overwrite": True}, clients)
+            with runner.observe_lines(lambda text: tick() if text.startswith("[round ") else None, echo=False):
+                run_local({**workload(rounds + 3, tmp, dataset, 0), "overwrite": True}, clients)
 
 
 def functions(out_file: Path) -> dict[str, int]:

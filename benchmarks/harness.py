@@ -3,7 +3,7 @@ for the whole process tree (this process + Ray's GCS, raylet and worker processe
 
 The Flower runs use ``experiments.simulate.simulate(engine="ray")`` (the engine ``flwr run . local``
 uses), the in-process runs ``engines.run_local``. Round-end
-times are taken from the round driver's progress line (``server_app.runner._say``), which is printed
+times are taken from the round driver's progress line (observed: ``server_app.runner.observe_lines``), which is printed
 after the round's aggregation, evaluation, results write and checkpoint, so the interval between two
 round ends is the full cost of a round.
 """
@@ -112,21 +112,16 @@ def round_clock(cpu_each_round: bool = True) -> Iterator[list[tuple[float, float
     a cost the measurement adds to the round it measures, diluting engine/plain ratios. With
     ``cpu_each_round=False`` it is read only on the lines of :func:`steady_bound_round` (rounds 1 and R-1,
     and lines that are not round lines); the others get None."""
-    import server_app.runner as runner
+    from server_app.runner import observe_lines
 
     lines: list[tuple[float, float | None, str]] = []
-    original = runner._say
 
-    def _say(text: str) -> None:
+    def note(text: str) -> None:
         t = time.time()
         lines.append((t, tree_cpu_seconds() if cpu_each_round or steady_bound_round(text) else None, text))
-        original(text)
 
-    runner._say = _say
-    try:
+    with observe_lines(note):
         yield lines
-    finally:
-        runner._say = original
 
 
 @contextlib.contextmanager

@@ -13,10 +13,12 @@
 
 from __future__ import annotations
 
+import contextlib
 import logging
 import math
 import time
-from typing import Any
+from dataclasses import dataclass, field
+from typing import Any, Callable, Iterator
 
 import numpy as np
 import torch
@@ -39,9 +41,28 @@ from strategies.base import FLStrategy, RoundOutcome
 log = logging.getLogger("noniid_fl")
 
 
+_LINE_OBSERVERS: list[tuple[Callable[[str], None], bool]] = []
+
+
 def _say(text: str) -> None:
-    print(text, flush=True)
-    log.info(text)
+    if all(echo for _, echo in _LINE_OBSERVERS):
+        print(text, flush=True)
+        log.info(text)
+    for observer, _ in list(_LINE_OBSERVERS):
+        observer(text)
+
+
+@contextlib.contextmanager
+def observe_lines(observer: Callable[[str], None], echo: bool = True) -> Iterator[None]:
+    """Call ``observer`` with every line the run prints (its start, one per round, its end) while the block runs:
+    what benchmarks time a run by (benchmarks/harness.py round_clock). ``echo=False`` also keeps the lines from
+    being printed and logged meanwhile (a benchmark that counts the round's own work)."""
+    entry = (observer, echo)
+    _LINE_OBSERVERS.append(entry)
+    try:
+        yield
+    finally:
+        _LINE_OBSERVERS.remove(entry)
 
 
 DONE_MARKER = "noniid-fl: run complete"  # scripts/run_local.sh looks for it in the streamed log
@@ -113,11 +134,26 @@ def wait_for_nodes_to_settle(grid: Grid, timeout: float, poll: float = 0.1, stab
         time.sleep(poll)
 
 
-def run_federation(grid: Grid, cfg: RunConfig) -> dict[str, Any]:
-    """Run ``num-server-rounds`` rounds; returns the results document (also written to out-dir)."""
-    t_start = time.time()
-    cfg = cfg.with_out_dir()  # as the entry point resolved it (a caller that did not: resolved here, once)
-    out_dir = cfg.out_path
+@dataclass
+class Run:
+    """What one run's rounds share: the config, the strategy, the server's model and evaluation sets, the
+    results writer; built by :func:`start_run`."""
+
+    cfg: RunConfig
+    strategy: FLStrategy
+    model: torch.nn.Module
+    params: Any
+    eval_sets: dict[str, tuple[torch.Tensor, torch.Tensor]]
+    results: ResultsWriter
+    num_clients: int
+    t_start: float
+    first: int = 1
+    last_checkpoint: float = field(default=float("-inf"))
+
+
+def start_run(grid: Grid, cfg: RunConfig, t_start: float) -> Run:
+    """Build the strategy, register the clients, build the server's model and its evaluation sets (the G-FL
+    test set unless test-evaluation is off, the validation union if any), open the results."""
     strategy = build_strategy(cfg)
     wait_for_nodes_to_settle(grid, cfg.round_timeout)
     strategy.refresh_clients(grid)
@@ -130,87 +166,129 @@ def run_federation(grid: Grid, cfg: RunConfig) -> dict[str, Any]:
     if eval_support_size(model):  # FedRANE's inductive evaluation: a seeded sample of the clients' training pool
         set_eval_support(model, torch.as_tensor(training_pool_sample(cfg, num_clients, eval_support_size(model)),
                                                 device=device))
-    eval_sets = {}  # name -> (x, y): the G-FL test set unless test-evaluation is off, the validation union if any
+    eval_sets = {}
     if cfg.test_evaluation:
         eval_sets["global"] = global_test_set(cfg, num_clients)
     if cfg.validation_fraction > 0:
         eval_sets["val"] = validation_set(cfg, num_clients)
     eval_sets = {k: (torch.as_tensor(x, device=device), torch.as_tensor(y, device=device))
                  for k, (x, y) in eval_sets.items()}
-    results = ResultsWriter(out_dir, cfg)
+    return Run(cfg, strategy, model, params, eval_sets, ResultsWriter(cfg.out_path, cfg), num_clients, t_start)
+
+
+def resume(run: Run) -> None:
+    """Bind the clients' state to this run; with ``resume-from``, continue from that checkpoint."""
+    cfg, strategy = run.cfg, run.strategy
+    strategy.begin_run()  # run-bound client state (client_app/state.py)
+    if cfg.resume_from:
+        ckpt = load_checkpoint(cfg.resume_from, run.results.run_config)
+        run.params = ckpt["params"]
+        strategy.load_state_dict(ckpt["strategy"])
+        strategy.begin_run(resumed_after=int(ckpt["round"]), client_state=ckpt.get("client_state"))
+        run.results.rounds = list(ckpt["rounds"])
+        run.first = int(ckpt["round"]) + 1
+        _say(f"resumed from {cfg.resume_from} after round {ckpt['round']}")
+
+
+def evaluate_global(run: Run) -> tuple[dict[str, tuple[float, float]], dict[str, Any]]:
+    """The global model on each evaluation set: (loss, accuracy) per set, and what the model measured (e.g. LRA
+    graph density) with, on the G-FL test set, the collapse of its representations."""
+    scores, stats = {}, {}
+    for name, (x, y) in run.eval_sets.items():
+        moments = FeatureMoments() if name == "global" else None
+        scores[name] = evaluate(run.model, x, y, moments=moments)
+        stats.update({f"{name}_{k}": v for k, v in pop_eval_stats(run.model).items()})
+        if moments is not None and moments.count:
+            stats.update(collapse_stats(moments, f"{name}_feature"))
+    return scores, stats
+
+
+def assemble_row(run: Run, grid: Grid, rnd: int, outcome: RoundOutcome, scores: dict, stats: dict,
+                 t0: float) -> dict[str, Any]:
+    """The round's results.json row: the outcome, G-FL and validation scores, P-FL over the sampled and over
+    all devices, registration failures, the federated evaluation when it is due, the method's metrics."""
+    cfg, strategy = run.cfg, run.strategy
+    g_loss, g_acc = scores.get("global", (None, None))
+    row = round_row(rnd, outcome, g_loss, g_acc, 0.0)
+    strategy.registry.note_local_models(outcome.updates)
+    row.update(strategy.registry.all_devices_local_accuracy())
+    row.update(stats)
+    if "val" in scores:
+        row["val_loss"], row["val_accuracy"] = scores["val"]
+    registration = [f.as_dict() for f in strategy.registry.drain_failures()]
+    if registration:  # nodes that could not register since the last round (asked again with back-off)
+        row["failures"] = registration + row["failures"]
+        row["num_failures"] = len(row["failures"])
+    every = cfg.federated_eval_every
+    if every and (rnd % every == 0 or rnd == cfg.num_server_rounds):
+        per_client, failures = strategy.federated_evaluate(grid, rnd, run.params)
+        row.update(client_eval_summary(per_client, strategy))
+        row["failures"] += [f.as_dict() for f in failures]
+        row["num_failures"] = len(row["failures"])
+    row["strategy"] = strategy.round_metrics()
+    row["wall_time_s"] = time.time() - t0
+    return row
+
+
+def checkpoint_if_due(run: Run, rnd: int) -> None:
+    """Like results.json: after every round slower than WRITE_INTERVAL_S, and always after the last one."""
+    cfg, strategy = run.cfg, run.strategy
+    due = rnd == cfg.num_server_rounds or time.monotonic() - run.last_checkpoint >= WRITE_INTERVAL_S
+    if cfg.checkpoint and due:
+        save_checkpoint(cfg.out_path / "checkpoint.pt", server_round=rnd, params=run.params,
+                        strategy_state=strategy.state_dict(), rounds=run.results.rounds,
+                        run_config=run.results.run_config, client_state=strategy.ledger.to_dict())
+        strategy.ledger.checkpoint_written(rnd)  # clients keep the state versions a resume from it needs
+        run.last_checkpoint = time.monotonic()
+
+
+def round_line(run: Run, rnd: int, row: dict[str, Any], t_rounds: float) -> str:
+    local = f"{row['local_accuracy']:.4f}" if row["local_accuracy"] is not None else "n/a"
+    g_acc, g_loss = row["global_accuracy"], row["global_loss"]
+    gfl = f"G-FL acc {g_acc:.4f} loss {g_loss:.4f}" if g_acc is not None else "G-FL not evaluated"
+    if "val_accuracy" in row:
+        gfl += f" | val acc {row['val_accuracy']:.4f}"
+    return (f"[round {rnd}/{run.cfg.num_server_rounds}] {gfl} | P-FL acc {local} | "
+            f"{row['num_updates']}/{row['num_sampled']} updates, {row['num_failures']} failures | "
+            f"{row['wall_time_s']:.1f}s | {progress(rnd, run.first, run.cfg.num_server_rounds, run.t_start, t_rounds)}")
+
+
+def finish(run: Run) -> dict[str, Any]:
+    """Write results.json, metrics.csv, the plot and the final model; the results document."""
+    results, num_clients = run.results, run.num_clients
+    path = results.write(num_clients)
+    results.write_csv()
+    results.plot()
+    torch.save({k: torch.from_numpy(np.asarray(v)) for k, v in run.params.items()}, run.cfg.out_path / "final_model.pt")
+    doc = {"run_config": results.run_config, "rounds": results.rounds, "final": results.final(num_clients)}
+    note = divergence_note(results.rounds, run.cfg, majority_share(run.eval_sets.get("global")))
+    _say(f"{DONE_MARKER} in {time.time() - run.t_start:.1f}s: {len(results.rounds)} rounds, final G-FL accuracy "
+         f"{doc['final'].get('global_accuracy')}; results in {path}")
+    if note:  # the run's last line: it did not learn, and why that is likely
+        _say(note)
+    return doc
+
+
+def run_federation(grid: Grid, cfg: RunConfig) -> dict[str, Any]:
+    """Run ``num-server-rounds`` rounds; returns the results document (also written to out-dir)."""
+    cfg = cfg.with_out_dir()  # as the entry point resolved it (a caller that did not: resolved here, once)
+    run = start_run(grid, cfg, time.time())
     try:  # the results writer holds the TensorBoard writer (and its thread) open between rounds
-        first = 1
-        strategy.begin_run()  # run-bound client state (client_app/state.py)
-        if cfg.resume_from:
-            ckpt = load_checkpoint(cfg.resume_from, results.run_config)
-            params = ckpt["params"]
-            strategy.load_state_dict(ckpt["strategy"])
-            strategy.begin_run(resumed_after=int(ckpt["round"]), client_state=ckpt.get("client_state"))
-            results.rounds = list(ckpt["rounds"])
-            first = int(ckpt["round"]) + 1
-            _say(f"resumed from {cfg.resume_from} after round {ckpt['round']}")
-        _say(f"{cfg.method} on {cfg.dataset} ({cfg.partition}), {num_clients} clients, "
-             f"{cfg.num_server_rounds} rounds -> {out_dir}")
+        resume(run)
+        _say(f"{cfg.method} on {cfg.dataset} ({cfg.partition}), {run.num_clients} clients, "
+             f"{cfg.num_server_rounds} rounds -> {cfg.out_path}")
         t_rounds = time.time()
-        last_checkpoint = float("-inf")
-        for rnd in range(first, cfg.num_server_rounds + 1):
+        for rnd in range(run.first, cfg.num_server_rounds + 1):
             t0 = time.time()
-            outcome = strategy.train_round(grid, rnd, params)
-            strategy.check_client_state(outcome.failures)  # resumed without the clients' state: stop
-            params = outcome.params
-            load_params(model, params)
-            scores, model_stats = {}, {}
-            for name, (x, y) in eval_sets.items():  # model_stats: what the model measured, e.g. LRA graph density
-                moments = FeatureMoments() if name == "global" else None  # + the representations' collapse
-                scores[name] = evaluate(model, x, y, moments=moments)
-                model_stats.update({f"{name}_{k}": v for k, v in pop_eval_stats(model).items()})
-                if moments is not None and moments.count:
-                    model_stats.update(collapse_stats(moments, f"{name}_feature"))
-            g_loss, g_acc = scores.get("global", (None, None))
-            row = round_row(rnd, outcome, g_loss, g_acc, 0.0)
-            strategy.registry.note_local_models(outcome.updates)
-            row.update(strategy.registry.all_devices_local_accuracy())
-            row.update(model_stats)
-            if "val" in scores:
-                row["val_loss"], row["val_accuracy"] = scores["val"]
-            registration = [f.as_dict() for f in strategy.registry.drain_failures()]
-            if registration:  # nodes that could not register since the last round (asked again with back-off)
-                row["failures"] = registration + row["failures"]
-                row["num_failures"] = len(row["failures"])
-            every = cfg.federated_eval_every
-            if every and (rnd % every == 0 or rnd == cfg.num_server_rounds):
-                per_client, failures = strategy.federated_evaluate(grid, rnd, params)
-                row.update(client_eval_summary(per_client, strategy))
-                row["failures"] += [f.as_dict() for f in failures]
-                row["num_failures"] = len(row["failures"])
-            row["strategy"] = strategy.round_metrics()
-            row["wall_time_s"] = time.time() - t0
-            results.add_round(row)
-            # like results.json: after every round slower than WRITE_INTERVAL_S, and always after the last one
-            due = rnd == cfg.num_server_rounds or time.monotonic() - last_checkpoint >= WRITE_INTERVAL_S
-            if cfg.checkpoint and due:
-                save_checkpoint(out_dir / "checkpoint.pt", server_round=rnd, params=params,
-                                strategy_state=strategy.state_dict(), rounds=results.rounds, run_config=results.run_config,
-                                client_state=strategy.ledger.to_dict())
-                strategy.ledger.checkpoint_written(rnd)  # clients keep the state versions a resume from it needs
-                last_checkpoint = time.monotonic()
-            local = f"{row['local_accuracy']:.4f}" if row["local_accuracy"] is not None else "n/a"
-            gfl = f"G-FL acc {g_acc:.4f} loss {g_loss:.4f}" if g_acc is not None else "G-FL not evaluated"
-            if "val" in scores:
-                gfl += f" | val acc {scores['val'][1]:.4f}"
-            _say(f"[round {rnd}/{cfg.num_server_rounds}] {gfl} | P-FL acc {local} | "
-                 f"{row['num_updates']}/{row['num_sampled']} updates, {row['num_failures']} failures | "
-                 f"{row['wall_time_s']:.1f}s | {progress(rnd, first, cfg.num_server_rounds, t_start, t_rounds)}")
-        path = results.write(num_clients)
-        results.write_csv()
-        results.plot()
-        torch.save({k: torch.from_numpy(np.asarray(v)) for k, v in params.items()}, out_dir / "final_model.pt")
-        doc = {"run_config": results.run_config, "rounds": results.rounds, "final": results.final(num_clients)}
-        note = divergence_note(results.rounds, cfg, majority_share(eval_sets.get("global")))
-        _say(f"{DONE_MARKER} in {time.time() - t_start:.1f}s: {len(results.rounds)} rounds, final G-FL accuracy "
-             f"{doc['final'].get('global_accuracy')}; results in {path}")
-        if note:  # the run's last line: it did not learn, and why that is likely
-            _say(note)
-        return doc
+            outcome = run.strategy.train_round(grid, rnd, run.params)
+            run.strategy.check_client_state(outcome.failures)  # resumed without the clients' state: stop
+            run.params = outcome.params
+            load_params(run.model, run.params)
+            scores, stats = evaluate_global(run)
+            row = assemble_row(run, grid, rnd, outcome, scores, stats, t0)
+            run.results.add_round(row)
+            checkpoint_if_due(run, rnd)
+            _say(round_line(run, rnd, row, t_rounds))
+        return finish(run)
     finally:
-        results.close()
+        run.results.close()
