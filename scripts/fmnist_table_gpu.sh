@@ -29,7 +29,7 @@ seeds=("${@:-0}")
 py="${PYTHON:-.venv/bin/python}"
 [ -x "$py" ] || py=python
 [ -n "${DRY_RUN:-}" ] || "$py" -c 'import torch, sys; sys.exit(0 if torch.cuda.is_available() else "no CUDA device: this script is for a GPU machine")'
-"$py" -c 'from data_partitioning.datasets import system_copy; import sys; sys.exit(0 if system_copy("fmnist") else "Fashion-MNIST missing: apt-get install dataset-fashion-mnist (bash .ci/deps.sh)")'
+[ -n "${DRY_RUN:-}" ] || "$py" -c 'from data_partitioning.datasets import system_copy; import sys; sys.exit(0 if system_copy("fmnist") else "Fashion-MNIST missing: apt-get install dataset-fashion-mnist (bash .ci/deps.sh)")'
 tmp="$(mktemp -d)"
 trap 'rm -rf "$tmp"' EXIT
 jobs=()
