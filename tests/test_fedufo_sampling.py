@@ -57,13 +57,18 @@ def test_ranking_ignores_non_finite_values():
     assert all({1, 2} <= set(p) and len(p) == 4 for p in picks)
 
 
-def test_rounds_without_a_local_split_rank_by_training_accuracy():
+def first_round_without_a_split():
+    """Round 1 of FedUFO on 4 shard clients without local test splits, half of them sampled."""
     cfg = _cfg(**{"partition": "shards", "fraction-train": 0.5, "local-epochs": 1, "num-server-rounds": 2,
                   "local-test-fraction": 0.0})
     grid = FailingGrid(4)
     strategy = FedUFOStrategy(cfg)
     theta = dict(model_params(build_model(cfg, (1, 8, 8), 10)))
-    out = strategy.train_round(grid, 1, theta)
+    return grid, strategy, strategy.train_round(grid, 1, theta)
+
+
+def test_rounds_without_a_local_split_rank_by_training_accuracy():
+    grid, strategy, out = first_round_without_a_split()
     assert len(out.updates) == 2
     for u in out.updates:
         assert math.isnan(u.metrics["local-accuracy"])                              # no split: NaN, no crash
@@ -84,12 +89,7 @@ def test_rounds_without_a_local_split_rank_by_training_accuracy():
 def test_dynamic_sampling_never_picks_an_evicted_client():
     """A client evicted after repeated timeouts (strategies/client_registry.py) is not sampled by FedUFO's own
     sampler either, until it answers a liveness probe; the group size counts the eligible clients."""
-    cfg = _cfg(**{"partition": "shards", "fraction-train": 0.5, "local-epochs": 1, "num-server-rounds": 2,
-                  "local-test-fraction": 0.0})
-    grid = FailingGrid(4)
-    strategy = FedUFOStrategy(cfg)
-    theta = dict(model_params(build_model(cfg, (1, 8, 8), 10)))
-    out = strategy.train_round(grid, 1, theta)
+    grid, strategy, out = first_round_without_a_split()
     worst = min(strategy.client_accuracy, key=lambda c: (strategy.client_accuracy[c], c))
     strategy.registry.evicted[worst] = (0, 10**6)   # silent: evicted, its next probe far away
     assert strategy.group_size() == 2               # ceil(0.5 * 3 eligible) = 2
