@@ -19,6 +19,7 @@ versioned by round as the message's "client-state" record says (client_app/state
 
 from __future__ import annotations
 
+import dataclasses
 import functools
 import logging
 import operator
@@ -40,6 +41,7 @@ from flcore.registry import get_method, resolve
 from flcore.state_binding import ENTRIES_METRIC, RECORD as STATE_RECORD, StateBinding
 from models import build_model
 from models.evaluation import eval_support
+from models.numerics import Numerics, applied, check_device, numerics_of
 
 log = logging.getLogger("noniid_fl")
 app = ClientApp()
@@ -72,6 +74,30 @@ def pick_device(cfg: RunConfig) -> torch.device:
     if cfg.device == "auto":
         return torch.device("cuda" if torch.cuda.is_available() else "cpu")
     return torch.device(cfg.device)
+
+
+NODE_NUMERICS = ("precision", "memory-format")
+
+
+def node_numerics(cfg: RunConfig, node_config: Mapping, device: torch.device) -> Numerics:
+    """The run's precision and memory format (models/numerics.py), unless this node's operator set its own
+    (``--node-config "precision='bf16-mixed'"``: a node with bf16 instructions or a GPU computes in its best
+    precision, the others in the run's; parameters and messages are fp32 either way). Checked against the
+    method's declaration and this node's device: a value it cannot run is an error, never a fallback."""
+    chosen = numerics_of(cfg)
+    own = {k: node_config[k] for k in NODE_NUMERICS if k in node_config}
+    try:
+        if own:
+            chosen = dataclasses.replace(chosen, **{k.replace("-", "_"): str(v) for k, v in own.items()})
+        decl = get_method(cfg.method)
+        if chosen.precision not in decl.precisions:
+            raise ValueError(f"method '{cfg.method}' does not take precision = '{chosen.precision}' "
+                             f"({decl.precision_reason})")
+        check_device(chosen, device)
+    except ValueError as e:
+        where = f"node config {own}" if own else "run config"
+        raise ClientSetupError(f"{e} ({where} of this node)") from None
+    return chosen
 
 
 @functools.lru_cache(maxsize=64)
@@ -188,6 +214,7 @@ def train_on_node(cfg: RunConfig, context: Context, config: dict, params: dict, 
     """One local training of the method's trainer from ``params`` with this node's data and client state
     (saved afterwards); ``config`` = the server's per-client values (server-round, ...)."""
     device = pick_device(cfg)
+    numerics = node_numerics(cfg, context.node_config, device)
     cid, data = load_client_data(cfg, context.node_config, device)
     server_round = int(config.get("server-round", 0))
     state_dir = str(context.node_config.get("state-dir", "")) or cfg.client_state_dir
@@ -202,7 +229,8 @@ def train_on_node(cfg: RunConfig, context: Context, config: dict, params: dict, 
                    global_params=FrozenGlobal(params, POOL.state_items(model)),
                    data=data, config=config, records=records, state=state, device=device,
                    generator=_generator(cfg, server_round, cid, phase), phase=phase)
-    reply = resolve(decl.trainer)(job).run()
+    with applied(model, numerics, device):  # precision, memory format, TF32: models/numerics.py
+        reply = resolve(decl.trainer)(job).run()
     del job
     POOL.give_back(model)
     del model
@@ -214,13 +242,14 @@ def train_on_node(cfg: RunConfig, context: Context, config: dict, params: dict, 
 def evaluate_on_node(cfg: RunConfig, context: Context, params: dict) -> dict:
     """The model ``params`` on this node's local test split (num-examples: the training-set size)."""
     device = pick_device(cfg)
+    numerics = node_numerics(cfg, context.node_config, device)
     cid, data = load_client_data(cfg, context.node_config, device)
     if int(data.y_test.shape[0]) == 0:
         raise ClientSetupError(f"client {cid} has no local test split (run-config local-test-fraction = "
                                f"{cfg.local_test_fraction}): federated evaluation needs local-test-fraction > 0")
     model = _model(cfg, data, device, params)
-    with eval_support(model, data.x_train, (cfg.seed, cid)):  # e.g. FedRANE's inductive evaluation; else a no-op
-        loss, acc = evaluate_model(model, data.x_test, data.y_test)
+    with eval_support(model, data.x_train, (cfg.seed, cid)), applied(model, numerics, device):
+        loss, acc = evaluate_model(model, data.x_test, data.y_test)  # eval_support: e.g. FedRANE's inductive one
     POOL.give_back(model)
     del model
     return {"cid": cid, "num-examples": data.num_train, "num-test": int(data.y_test.shape[0]),

@@ -24,6 +24,7 @@ from torch import nn
 
 from models.device_sum import DeviceSum
 from models.evaluation import evaluate  # noqa: F401 - the loop's evaluation, shared with the server
+from models.numerics import current_scaler, fp32
 import torch.nn.functional as F
 
 Forward = Callable[[nn.Module, torch.Tensor, torch.Tensor], tuple[torch.Tensor, torch.Tensor]]
@@ -146,17 +147,22 @@ def local_train(model: nn.Module, x: torch.Tensor, y: torch.Tensor, cfg: OptimCo
                 forward: Forward = default_forward,
                 criterion: Callable[[torch.Tensor, torch.Tensor], torch.Tensor] = F.cross_entropy,
                 params: Sequence[nn.Parameter] | None = None,
-                optimizer: torch.optim.Optimizer | None = None) -> TrainStats:
+                optimizer: torch.optim.Optimizer | None = None,
+                scaler: torch.amp.GradScaler | None = None) -> TrainStats:
     """Run ``cfg.epochs`` epochs of minibatch SGD on (x, y) with the given loss terms.
 
     ``params`` restricts what the optimizer updates (default: every trainable parameter of the model
     outside ``model.extras``-owned modules that a term trains itself is up to that term). ``optimizer``: one
     the caller built over those parameters and keeps (its state, e.g. momentum buffers, outlives this call);
-    default a fresh :func:`make_optimizer` from ``cfg``.
+    default a fresh :func:`make_optimizer` from ``cfg``. ``scaler``: fp16's gradient scaler (default: the one of
+    the ``precision = fp16-mixed`` block being run, models/numerics.py; None at fp32 / bf16): the loss is scaled
+    for backward and the gradients unscaled before the terms' ``on_gradients``, so corrections see true gradients;
+    a step whose gradients overflowed is skipped by the scaler. The criterion takes fp32 logits.
     """
     model.train()
     trainable = list(params) if params is not None else [p for p in model.parameters() if p.requires_grad]
     opt = optimizer if optimizer is not None else make_optimizer(trainable, cfg)
+    scaler = scaler if scaler is not None else current_scaler()
     stats = TrainStats()
     for term in terms:
         term.begin(model)
@@ -167,16 +173,24 @@ def local_train(model: nn.Module, x: torch.Tensor, y: torch.Tensor, cfg: OptimCo
                 term.before_step(model, xb, yb)
             logits, feats = forward(model, xb, yb)
             step = Step(xb, yb, logits, feats, stats.steps, epoch)
-            loss = criterion(logits, yb)
+            loss = criterion(fp32(logits), yb)
             for term in terms:
                 extra = term.loss(model, step)
                 if extra is not None:
                     loss = loss + extra
             opt.zero_grad(set_to_none=True)
-            loss.backward()
-            for term in terms:
-                term.on_gradients(model)
-            opt.step()
+            if scaler is None:
+                loss.backward()
+                for term in terms:
+                    term.on_gradients(model)
+                opt.step()
+            else:
+                scaler.scale(loss).backward()
+                scaler.unscale_(opt)
+                for term in terms:
+                    term.on_gradients(model)
+                scaler.step(opt)
+                scaler.update()
             for term in terms:
                 term.after_step(model, step)
             stats.steps += 1

@@ -15,6 +15,8 @@ PARTITIONS = ("iid", "dirichlet", "shards", "classes", "power-law", "natural")
 MODELS = ("auto", "logistic", "mlp", "convnet", "vgg11", "resnet18", "domainbed-cnn")
 HEADS = ("linear", "etf")
 DEVICES = ("auto", "cpu", "cuda")
+PRECISIONS = ("fp32", "bf16-mixed", "fp16-mixed")      # models/numerics.py (flcore imports no torch)
+MEMORY_FORMATS = ("auto", "contiguous", "channels-last")
 ENGINES = ("inprocess", "ray")
 
 
@@ -45,6 +47,16 @@ class CommonConfig(Section):
     client_state_dir: str = param("", "persist client state (SCAFFOLD c_i, MOON previous model) under this "
                                       "directory ('' = in the node's memory only)")
     device: str = param("auto", "torch device; auto = CUDA when available", choices=DEVICES)
+    precision: str = param("fp32", "arithmetic of local training and evaluation (models/numerics.py): fp32 (as the "
+                                   "papers ran); bf16-mixed = bf16 autocast, parameters, gradients and messages "
+                                   "fp32 (about 2x a round on CPUs with AVX-512 BF16: docs/PERFORMANCE.md); "
+                                   "fp16-mixed = fp16 autocast with a gradient scaler (CUDA only)",
+                           choices=PRECISIONS)
+    memory_format: str = param("auto", "tensor layout of the model's 4-D weights in training and evaluation: auto = "
+                                       "channels-last under a mixed precision for a model with 2-D convolutions, "
+                                       "contiguous at fp32 (fp32 runs unchanged); contiguous; channels-last",
+                               choices=MEMORY_FORMATS)
+    tf32: bool = param(False, "let fp32 matrix products and convolutions use TF32 tensor cores (CUDA only)")
     engine: str = param("inprocess", "engine of `noniid-fl run` and the experiments runner on one box: "
                                      "inprocess (Flower Grid in this process) or ray; `flwr run` always uses "
                                      "Flower's", choices=ENGINES)
@@ -159,6 +171,10 @@ class CommonConfig(Section):
                 f"sizes): run-config key 'partition' must be 'natural' or 'power-law', got '{self.partition}'")
         if self.preset:
             get_preset(self.preset)
+        if self.device == "cpu" and (self.precision == "fp16-mixed" or self.tf32):
+            key = "precision = 'fp16-mixed'" if self.precision == "fp16-mixed" else "tf32 = true"
+            raise ConfigError(f"run-config {key} needs CUDA, but device = 'cpu': on a CPU use precision = "
+                              "'bf16-mixed' (or device = 'cuda' / 'auto' on a GPU node)")
         if self.federated_eval_every and self.local_test_fraction == 0 and self.dataset != "synthetic":
             raise ConfigError("run-config key 'federated-eval-every' > 0 evaluates the global model on each "
                               "client's local test split, but 'local-test-fraction' is 0 (no split): set "

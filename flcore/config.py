@@ -94,6 +94,12 @@ class RunConfig(CommonConfig):
         own = self.method_section
         if own is not None:
             own.check_run(self)
+        from flcore.registry import get_method
+
+        decl = get_method(self.method)
+        if self.precision not in decl.precisions:
+            raise ConfigError(f"method '{self.method}' does not take run-config precision = '{self.precision}' "
+                              f"({decl.precision_reason}); it takes {', '.join(decl.precisions)}")
 
     @property
     def method_section(self) -> Section | None:

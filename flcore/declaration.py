@@ -4,6 +4,7 @@ declaration modules, so they import this module, not the registry: no import cyc
 
 from __future__ import annotations
 
+import dataclasses
 from dataclasses import dataclass, field
 from typing import Any, Callable, Mapping
 
@@ -46,6 +47,9 @@ class MethodDecl:
                 epochs, batch): applied like a preset under it, by flcore/presets.py's rule (declared default <
                 recipe < preset < what the user sets), and recorded in the run config like any other value.
                 Each value's source goes in ``recipe_sources`` (key -> file and function, or paper section).
+    precisions: the run-config ``precision`` values the method takes (models/numerics.py); another is refused
+                with ``precision_reason``. fp16-mixed scales the loss of the one local loop only, so a method
+                whose client runs backward passes of its own leaves it out.
     """
 
     name: str
@@ -60,12 +64,28 @@ class MethodDecl:
     check_federation: Callable[[Any, int], None] | None = None  # (RunConfig, nodes): config imports this module
     recipe: Mapping[str, Any] = field(default_factory=dict)
     recipe_sources: Mapping[str, str] = field(default_factory=dict)
+    precisions: tuple[str, ...] = ("fp32", "bf16-mixed", "fp16-mixed")
+    precision_reason: str = ""
 
     def __post_init__(self) -> None:
+        if "fp32" not in self.precisions or (len(self.precisions) < 3 and not self.precision_reason):
+            raise ValueError(f"method '{self.name}': precisions must include fp32, and a method that refuses one "
+                             "says why (precision_reason)")
         missing = [k for k in self.recipe if k not in self.recipe_sources]
         if missing:
             raise ValueError(f"method '{self.name}': recipe key(s) {', '.join(missing)} have no source in "
                              "recipe_sources")
+
+
+NO_FP16 = ("fp32", "bf16-mixed")
+OWN_BACKWARD = ("its client runs backward passes outside the one local loop, whose loss alone the fp16 gradient "
+                "scaler scales: unscaled fp16 gradients there could underflow")
+
+
+
+def own_backward(decls: list[MethodDecl]) -> list[MethodDecl]:
+    """``decls`` refusing fp16-mixed: their clients run backward passes outside the one local loop."""
+    return [dataclasses.replace(d, precisions=NO_FP16, precision_reason=OWN_BACKWARD) for d in decls]
 
 
 BASE_TRAINER = "client_app.trainers.base:Trainer"

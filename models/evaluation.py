@@ -18,6 +18,7 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 
+from models.numerics import fp32
 from models.representation import FeatureMoments
 
 
@@ -45,7 +46,7 @@ def evaluate(model: nn.Module, x: torch.Tensor, y: torch.Tensor, batch_size: int
                 moments.add(z)
             else:
                 logits = forward(model, xb) if forward is not None else model(xb)
-            loss_sum.add_(F.cross_entropy(logits, yb, reduction="sum"))
+            loss_sum.add_(F.cross_entropy(fp32(logits), yb, reduction="sum"))
             correct.add_((logits.argmax(1) == yb).sum())
     return float(loss_sum) / n, int(correct) / n
 

@@ -27,11 +27,12 @@ from flwr.serverapp import Grid
 from data_partitioning.datasets import dataset_shape
 from data_partitioning.federated import global_test_set, validation_set
 from data_partitioning.support import training_pool_sample
-from flcore.config import RunConfig
+from flcore.config import ConfigError, RunConfig
 from flcore.records import load_params, model_params
 from flcore.registry import get_method, resolve
 from models import build_model
 from models.evaluation import eval_support_size, evaluate, pop_eval_stats, set_eval_support
+from models.numerics import applied, check_device, numerics_of
 from models.representation import FeatureMoments, collapse_stats
 from server_app.checkpoint import load_checkpoint, save_checkpoint
 from server_app.diagnosis import divergence_note, majority_share
@@ -163,6 +164,10 @@ def start_run(grid: Grid, cfg: RunConfig, t_start: float) -> Run:
     model = build_model(cfg, in_shape, num_classes)
     params = model_params(model)
     model.to(device)
+    try:
+        check_device(numerics_of(cfg), device)  # the server evaluates under the run's precision too
+    except ValueError as e:
+        raise ConfigError(f"{e} (the server)") from None
     if eval_support_size(model):  # FedRANE's inductive evaluation: a seeded sample of the clients' training pool
         set_eval_support(model, torch.as_tensor(training_pool_sample(cfg, num_clients, eval_support_size(model)),
                                                 device=device))
@@ -194,9 +199,11 @@ def evaluate_global(run: Run) -> tuple[dict[str, tuple[float, float]], dict[str,
     """The global model on each evaluation set: (loss, accuracy) per set, and what the model measured (e.g. LRA
     graph density) with, on the G-FL test set, the collapse of its representations."""
     scores, stats = {}, {}
+    device = next(run.model.parameters()).device
     for name, (x, y) in run.eval_sets.items():
         moments = FeatureMoments() if name == "global" else None
-        scores[name] = evaluate(run.model, x, y, moments=moments)
+        with applied(run.model, numerics_of(run.cfg), device):  # the run's precision and memory format
+            scores[name] = evaluate(run.model, x, y, moments=moments)
         stats.update({f"{name}_{k}": v for k, v in pop_eval_stats(run.model).items()})
         if moments is not None and moments.count:
             stats.update(collapse_stats(moments, f"{name}_feature"))

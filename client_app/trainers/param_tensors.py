@@ -20,6 +20,7 @@ from torch import nn
 from client_app.trainers.base import TrainJob, trainable_pairs
 from client_app.training import Forward, LossTerm, Step, minibatches
 from flcore.records import record_to_params
+from models.numerics import fp32
 
 Tensors = "OrderedDict[str, torch.Tensor]"
 
@@ -101,7 +102,7 @@ def full_gradient(model: nn.Module, x: torch.Tensor, y: torch.Tensor, names: lis
     for xb, yb in minibatches(x, y, batch_size, None, shuffle=False):
         model.zero_grad(set_to_none=True)
         logits, _ = forward(model, xb, yb)
-        (F.cross_entropy(logits, yb) * (xb.shape[0] / n)).backward()
+        (F.cross_entropy(fp32(logits), yb) * (xb.shape[0] / n)).backward()
         for k in names:
             if params[k].grad is not None:
                 acc[k] += params[k].grad

@@ -10,7 +10,7 @@ default with its source and every difference between the paper's text and the co
 import dataclasses
 from dataclasses import dataclass
 
-from flcore.declaration import MethodDecl, Payload
+from flcore.declaration import MethodDecl, Payload, own_backward
 from flcore.schema import ConfigError, KeySpec, Section, Sectioned, param
 
 LAMBDA_KEY = "fedbc-lambda"   # per-client config (server -> client) and reply metric: lambda_k
@@ -116,7 +116,7 @@ CODE_RECIPE_SOURCES = {
     "batch-size": CODE + "utils/options.py --local_bs 20 (models/Update.py LocalUpdate: DataLoader(shuffle=True))",
     "local-epochs": CODE + "synthetic_jobs.sh (FedBC line: --local_ep 1; utils/options.py default 5)",
 }
-METHODS = [
+METHODS = own_backward([
     MethodDecl("fedbc", PAPER, STRATEGY, TRAINER, config=FedBCConfig, payload=PAYLOAD),
     MethodDecl("fedbc-finetune", PAPER, STRATEGY, "client_app.trainers.fedbc:FedBCFineTuneTrainer",
                config=FedBCConfig, payload=PAYLOAD, description="FedBC-FineTune: fine-tuned local model for P-FL"),
@@ -128,4 +128,4 @@ METHODS = [
     MethodDecl("fedbc-code", PAPER, STRATEGY, TRAINER, config=FedBCCodeConfig, payload=PAYLOAD,
                recipe=CODE_RECIPE, recipe_sources=CODE_RECIPE_SOURCES,
                description="FedBC as the authors' public code runs it (keys fedbc-code.*, docs/methods/fedbc.md)"),
-]
+])

@@ -9,7 +9,7 @@ recipe (``MethodDecl.recipe``). docs/methods/fedbr.md lists every default with i
 import dataclasses
 from dataclasses import dataclass
 
-from flcore.declaration import MethodDecl, Payload
+from flcore.declaration import MethodDecl, Payload, own_backward
 from flcore.schema import ConfigError, KeySpec, Section, Sectioned, param
 
 PSEUDO_KINDS = ("mixture", "rsm")
@@ -204,11 +204,11 @@ CODE_RECIPE_SOURCES = {
                               "step % local_steps == 0)",
     "model": CODE + "networks.py MNIST_CNN (Featurizer for 28x28 inputs) with a linear Classifier",
 }
-METHODS = [
+METHODS = own_backward([
     MethodDecl("fedbr", PAPER, STRATEGY, TRAINER, config=FedBRConfig, model_hook=HOOK, payload=PAYLOAD),
     MethodDecl("fedbr-code", PAPER, STRATEGY, TRAINER, config=FedBRCodeConfig, model_hook=HOOK, payload=PAYLOAD,
                description="FedBR as the authors' public code runs it (keys fedbr-code.*, recipe: SGD lr 1e-3 "
                            "without momentum, B = 64, 50 local steps, DomainBed's MNIST CNN; docs/methods/fedbr.md)",
                recipe=CODE_RECIPE, recipe_sources=CODE_RECIPE_SOURCES),
-]
+])
 __all__ = ["ConfigError", "FedBRConfig", "FedBRCodeConfig", "METHODS", "br_config"]

@@ -34,7 +34,7 @@ samples reveals the client's average input and, through y_bar, its label distrib
 
 from dataclasses import dataclass
 
-from flcore.declaration import MethodDecl, Payload
+from flcore.declaration import MethodDecl, Payload, own_backward
 from flcore.schema import Section, param
 
 LOSSES = ("fedmix", "naivemix")
@@ -56,7 +56,7 @@ class FedMixConfig(Section):
                               "setting as Flower's port reports it, 'mash batch size: all')", ge=0)
 
 
-METHODS = [MethodDecl("fedmix", "Yoon, Shin, Hwang and Yang, ICLR 2021 (FedMix / NaiveMix, MAFL)",
+METHODS = own_backward([MethodDecl("fedmix", "Yoon, Shin, Hwang and Yang, ICLR 2021 (FedMix / NaiveMix, MAFL)",
                       "strategies.methods.fedmix:FedMixStrategy", "client_app.trainers.fedmix:FedMixTrainer",
                       config=FedMixConfig,
-                      payload=Payload(records=(GLOBAL,), reply_records=(MEANS,), actions=("train", MEANS_ACTION)))]
+                      payload=Payload(records=(GLOBAL,), reply_records=(MEANS,), actions=("train", MEANS_ACTION)))])

@@ -5,7 +5,7 @@ objective alignment (group consensus CGR, global consensus CGL); prior models ar
 from dataclasses import dataclass
 
 from flcore.common import CommonConfig
-from flcore.declaration import MethodDecl, Payload
+from flcore.declaration import MethodDecl, Payload, own_backward
 from flcore.schema import ConfigError, Section, Sectioned, param
 
 LOSSES = ("uad", "cgr", "cgl")
@@ -125,7 +125,7 @@ def needs_relay(stage: int, ufo: "FedUFOConfig") -> bool:
     return "disc" in terms or "cgr" in terms
 
 
-METHODS = [MethodDecl(
+METHODS = own_backward([MethodDecl(
     "fedufo", "Zhang, Luo, Bai, Du and Duan, ICCV 2021 (FedUFO)", "strategies.methods.fedufo:FedUFOStrategy",
     "client_app.trainers.fedufo.trainer:FedUFOTrainer", config=FedUFOConfig, model_hook="models.extras:add_discriminator",
     payload=Payload(config=(STAGE_KEY, CLIENTS_KEY), records=(PRIOR_KEY, GROUP_KEY), reply_records=(COUNTS_KEY,),
@@ -134,4 +134,4 @@ METHODS = [MethodDecl(
                              "fedufo-disc-own-accuracy", DISC_STEPS, CE_LOSS, CGR_MAX_PROB, CGR_ENTROPY,
                              GLOBAL_TRAIN_ACCURACY),
                     actions=("train", "train.prior", "train.posterior"), state=(STATE_PRIOR, STATE_PRIOR_ROUND)),
-    check_federation=check_federation)]
+    check_federation=check_federation)])

@@ -29,7 +29,7 @@ optimizer persists across rounds; ours starts from the initial global model w^0 
 
 from dataclasses import dataclass
 
-from flcore.declaration import FEDAVG_STRATEGY, MethodDecl, Payload
+from flcore.declaration import FEDAVG_STRATEGY, MethodDecl, Payload, own_backward
 from flcore.schema import Section, param
 
 STATE_FML_LOCAL = "fml-local-model"     # client state: FML's personal (local) model l_k of this client (never sent)
@@ -46,8 +46,8 @@ class FMLConfig(Section):
                              "trains as FedAvg's", ge=0, le=1)
 
 
-METHODS = [MethodDecl("fml", "Shen et al., arXiv 2020 (FML: Federated Mutual Learning)", FEDAVG_STRATEGY,
+METHODS = own_backward([MethodDecl("fml", "Shen et al., arXiv 2020 (FML: Federated Mutual Learning)", FEDAVG_STRATEGY,
                       "client_app.trainers.fml:FMLTrainer", config=FMLConfig,
                       payload=Payload(state=(STATE_FML_LOCAL,)),
                       description="FML (Shen et al., 2020): a personal local model and the global meme model trained "
-                                  "by mutual learning (CE + KL to each other); the server averages the memes")]
+                                  "by mutual learning (CE + KL to each other); the server averages the memes")])

@@ -28,7 +28,7 @@ digits are lost in our copy of FedBC.
 from dataclasses import dataclass
 
 from flcore.common import CommonConfig
-from flcore.declaration import MethodDecl
+from flcore.declaration import MethodDecl, own_backward
 from flcore.schema import ConfigError, Section, param
 
 VARIANTS = ("fo", "hf")
@@ -55,10 +55,10 @@ class PerFedAvgConfig(Section):
                               f"'momentum' must be 0, got {common.momentum}")
 
 
-METHODS = [MethodDecl("perfedavg", "Fallah, Mokhtari and Ozdaglar, NeurIPS 2020 (Per-FedAvg: MAML)",
+METHODS = own_backward([MethodDecl("perfedavg", "Fallah, Mokhtari and Ozdaglar, NeurIPS 2020 (Per-FedAvg: MAML)",
                       "strategies.methods.fedavg:FedAvgStrategy", "client_app.trainers.perfedavg:PerFedAvgTrainer",
                       config=PerFedAvgConfig,
                       recipe={"momentum": 0.0, "weight-decay": 0.0},
                       recipe_sources={"momentum": "Per-FedAvg Alg. 1: plain stochastic gradient steps",
                                       "weight-decay": "Per-FedAvg Alg. 1: no regulariser (the pFedMe authors' MySGD "
-                                                      "and the FedBC authors' MySGD add none)"})]
+                                                      "and the FedBC authors' MySGD add none)"})])

@@ -25,7 +25,7 @@ here only the sampled clients train (fraction-train = 1 is the paper's full part
 from dataclasses import dataclass
 
 from flcore.common import CommonConfig
-from flcore.declaration import MethodDecl, Payload
+from flcore.declaration import MethodDecl, Payload, own_backward
 from flcore.schema import ConfigError, Section, param
 
 STATE_THETA = "pfedme-theta"   # client state: this client's personalized model theta_i (its trainable parameters)
@@ -58,11 +58,11 @@ class PFedMeConfig(Section):
                               "w <- w - lr lambda (w - theta) overshoot and diverge: lower 'lr' or 'pfedme.lamda'")
 
 
-METHODS = [MethodDecl("pfedme", "T. Dinh, Tran and Nguyen, NeurIPS 2020 (pFedMe: Moreau envelopes)",
+METHODS = own_backward([MethodDecl("pfedme", "T. Dinh, Tran and Nguyen, NeurIPS 2020 (pFedMe: Moreau envelopes)",
                       "strategies.methods.pfedme:PFedMeStrategy", "client_app.trainers.pfedme:PFedMeTrainer",
                       config=PFedMeConfig, payload=Payload(state=(STATE_THETA,)),
                       recipe={"momentum": 0.0, "weight-decay": 0.001},
                       recipe_sources={"momentum": "pFedMe Alg. 1: plain gradient steps on theta and w",
                                       "weight-decay": "the authors' FLAlgorithms/optimizers/fedoptimizer.py: "
                                                       "pFedMeOptimizer mu = 0.001 (the L2 on theta of every inner "
-                                                      "step; userpFedMe.py constructs it without mu)"})]
+                                                      "step; userpFedMe.py constructs it without mu)"})])

@@ -2,7 +2,7 @@
 
 from dataclasses import dataclass
 
-from flcore.declaration import MethodDecl, Payload
+from flcore.declaration import MethodDecl, Payload, own_backward
 from flcore.schema import Section, param
 
 SERVER_C = "scaffold-c"          # server -> client record: the server control variate c
@@ -22,7 +22,7 @@ class ScaffoldConfig(Section):
                                   "averaging the client models, FedAvg's server step)", gt=0, old="server-lr")
 
 
-METHODS = [MethodDecl("scaffold", "Karimireddy et al., ICML 2020 (SCAFFOLD)",
+METHODS = own_backward([MethodDecl("scaffold", "Karimireddy et al., ICML 2020 (SCAFFOLD)",
                       "strategies.methods.scaffold:ScaffoldStrategy",
                       "client_app.trainers.scaffold:ScaffoldTrainer", config=ScaffoldConfig,
-                      payload=Payload(records=(SERVER_C,), reply_records=(DELTA_C,), state=(STATE_C_I,)))]
+                      payload=Payload(records=(SERVER_C,), reply_records=(DELTA_C,), state=(STATE_C_I,)))])
