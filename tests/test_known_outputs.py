@@ -84,3 +84,17 @@ def test_a_cpu_with_a_higher_kernel_level_is_told_how_to_take_the_recorded_one()
     assert "ATEN_CPU_CAPABILITY=avx2 ONEDNN_MAX_CPU_ISA=AVX2 MKL_ENABLE_INSTRUCTIONS=AVX2" in hint
     assert kernel_hint(recorded, {**recorded, "cpu_capability": "AVX512", "lock": None}) == ""  # another stack
     assert kernel_hint({**recorded, "cpu_capability": "DEFAULT"}, recorded) == ""  # no known environment
+
+
+# bf16-mixed against the fp32 record (issue 44): not bit-exactness but "it learns what fp32 learns". Measured on
+# every job (2026-12-02, AVX-512 BF16 CPU): accuracies within 0.014 of fp32's, losses within 0.34 % relative
+# (fedbr-code-rsm, whose pseudo-data step amplifies rounding; every other job below 0.03 %).
+BF16_TOLERANCE = {"accuracy": 0.04, "loss": 0.01}
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("job", sorted(JOBS))
+def test_known_output_job_learns_the_same_in_bf16(job, tmp_path):
+    got = run_job({**JOBS[job]["run_config"], "precision": "bf16-mixed"}, tmp_path / "run")
+    problems = compare_metrics(JOBS[job]["metrics"], got.metrics, BF16_TOLERANCE)
+    assert not problems, f"{job} at bf16-mixed against its fp32 record: " + "; ".join(problems[:6])
