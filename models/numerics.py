@@ -97,8 +97,11 @@ def set_layout(model: nn.Module, channels_last: bool) -> None:
     fmt = torch.channels_last if channels_last else torch.contiguous_format
     with torch.no_grad():
         for t in [*model.parameters(), *model.buffers()]:
-            if t.dim() == 4 and not t.is_contiguous(memory_format=fmt):
-                t.data = t.data.contiguous(memory_format=fmt)
+            if t.dim() == 4:
+                # ``to`` restrides a tensor that is contiguous in both layouts (one input channel: the first conv
+                # of a grey-scale net), where ``contiguous`` keeps it: the convolution picks its layout from the
+                # strides, and that first layer is as much of the gain as the others (docs/PERFORMANCE.md)
+                t.data = t.data.to(memory_format=fmt)
 
 
 def autocast(numerics: Numerics, device: torch.device) -> contextlib.AbstractContextManager:

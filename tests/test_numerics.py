@@ -205,8 +205,11 @@ def test_set_layout_keeps_values_and_objects():
     ref = w.detach().clone()
     set_layout(model, True)
     assert model.body[0][3].weight is w and torch.equal(w, ref) and w.is_contiguous(memory_format=torch.channels_last)
+    first = model.body[0][0].weight                       # (32, 1, 5, 5): contiguous in both layouts
+    assert first.stride() == (25, 1, 5, 1)                 # restrided all the same: the conv runs channels-last
     set_layout(model, False)
     assert w.is_contiguous() and torch.equal(w, ref)
+    assert first.stride() == (25, 25, 5, 1)
     assert autocast(FP32, CPU).__class__.__name__ == "nullcontext"
 
 
