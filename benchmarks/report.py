@@ -27,6 +27,7 @@ from benchmarks.report_deployment import section_deployment
 from benchmarks.report_engine import engine_targets, section_engine, summary_lines
 from benchmarks.report_methods import section_gne, section_methods
 from benchmarks.report_overhead import section_overhead, workloads
+from benchmarks.report_precision import section_precision, summary_line as precision_summary
 from benchmarks.report_scale import section_scale
 from benchmarks.report_summary import section_summary
 from benchmarks.report_text import blocks
@@ -75,7 +76,8 @@ def render(results: Results | None = None, doc_dir: Path = DOC.parent) -> str:
     _, engine_lines = engine_targets(ov, ovs, pfl, startup, r.json("scale_engine"))
     engine_lines += summary_lines(r.json("client_floor"), r.json("sweep"), r.json("sweep_before_fix"))
     lines = blocks("header").lines("header")
-    lines += section_summary(ov, ovs, scale, engine, methods, before, gne, sample, engine_lines)
+    lines += section_summary(ov, ovs, scale, engine, methods, before, gne, sample, engine_lines,
+                             extra=precision_summary(r.json("precision")))
     lines += section_overhead(workloads(ov, ovs), engine)
     lines += section_methods(methods) + section_gne(gne)
     lines += section_scale(scale, engine, before, sample)
@@ -84,6 +86,7 @@ def render(results: Results | None = None, doc_dir: Path = DOC.parent) -> str:
     lines += blocks("gpu").lines("gpu") + blocks("fixes").lines("fixes")
     lines += section_engine(ov, ovs, pfl, startup, r.json("scale_engine"), r.json("engine_profile"),
                             r.json("instructions"), r.json("client_floor"), (r.json("sweep_before_fix"), r.json("sweep")))
+    lines += section_precision(r.json("precision"), r.json("precision_gpu"))
     return "\n".join(lines).rstrip() + "\n"
 
 

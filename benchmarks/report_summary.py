@@ -92,8 +92,10 @@ def _methods(methods: Doc) -> str:
 
 def section_summary(ov: Doc | None, ovs: Doc | None, scale: Doc | None, engine: Doc | None,
                     methods: Doc | None = None, before: Doc | None = None, gne: Doc | None = None,
-                    sample: Doc | None = None, engine_lines: list[str] | None = None) -> list[str]:
-    """The summary; ``engine_lines`` (section 7's target lines) come right after the heading."""
+                    sample: Doc | None = None, engine_lines: list[str] | None = None,
+                    extra: list[str] | None = None) -> list[str]:
+    """The summary; ``engine_lines`` (section 7's target lines) come right after the heading, ``extra`` (lines of
+    later sections, each naming its section) before the GNE and GPU lines."""
     out = T.lines("heading") + [T.text("engine_line", line=line) for line in engine_lines or []]
     for label, doc in ((T.text("label_realistic"), ov), (T.text("label_small"), ovs)):
         out += _overhead(label, doc)
@@ -110,4 +112,4 @@ def section_summary(ov: Doc | None, ovs: Doc | None, scale: Doc | None, engine: 
             if a and a.get("fed_eval_extra_cpu_s") and r.get("fed_eval_extra_cpu_s"):
                 out.append(T.text("sample", sampled=r["federated_eval_clients"], clients=r["clients"],
                                   cpu=f(r["fed_eval_extra_cpu_s"], 1), all_cpu=f(a["fed_eval_extra_cpu_s"], 1)))
-    return out + gne_summary(gne) + [T.text("gpu")] + T.lines("closing")
+    return out + (extra or []) + gne_summary(gne) + [T.text("gpu")] + T.lines("closing")
