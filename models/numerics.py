@@ -8,10 +8,14 @@ client's whole train or evaluate message, the server's evaluation of the global 
   with fp32 accumulation; parameters, gradients, optimizer state and every message stay fp32, so clients of
   different precisions interoperate in one federation. The autocast weight-cast cache is off: the block spans
   many optimizer steps, and a cached bf16 copy of a weight would outlive the step that changed it.
-- **what stays fp32**: the cross-entropy of training and evaluation takes fp32 logits (:func:`fp32`); autocast
-  itself runs log-softmax, the losses, norms and linear algebra in fp32 (PyTorch's autocast op lists); the
-  FedRANE relation graph is computed in fp64 (models/fedrane/relation_graph.py), and nothing on the server
-  but evaluation is under autocast (aggregation, the Nash solve, FedBC's duals: fp32/fp64).
+- **what stays fp32**: the cross-entropy of training and evaluation takes fp32 logits (:func:`fp32`); CPU
+  autocast itself runs the loss functions (cross-entropy, MSE, KL divergence, BCE: the terms' losses too) and
+  linear algebra (inverses, solves) in fp32, while softmax, log-softmax, logsumexp, norms and cosine similarities
+  follow their input, i.e. bf16 after a bf16 product (checked on torch 2.14.1; the contrastive terms of MOON,
+  FedRANE and VHL are such, and are measured, not assumed, to learn as at fp32: tests/test_known_outputs.py,
+  docs/RESULTS.md); the FedRANE relation graph is computed in fp64 (models/fedrane/relation_graph.py), which
+  autocast leaves alone; nothing on the server but evaluation is under autocast (aggregation, the Nash solve,
+  FedBC's duals: fp32/fp64).
 - **fp16-mixed** (CUDA only) scales the loss of the one local loop (client_app/training.py) with a gradient
   scaler (:func:`grad_scaler`); a method whose client runs backward passes of its own outside that loop
   declares it cannot take fp16 (``MethodDecl.precisions``) and the run is refused.

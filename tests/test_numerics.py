@@ -291,3 +291,17 @@ def test_a_node_precision_it_cannot_run_is_an_error_naming_the_node_config():
         node_numerics(cfg, {"precision": "fp16-mixed"}, torch.device("cuda"))
     with pytest.raises(ClientSetupError, match="precision must be one of"):
         node_numerics(cfg, {"precision": "half"}, CPU)
+
+
+def test_under_the_block_losses_and_linear_algebra_run_in_fp32():
+    """What models/numerics.py's docstring states of CPU autocast (a torch release that changes it shows here)."""
+    model = conv_net()
+    z = torch.randn(8, 8, dtype=torch.bfloat16)
+    y = torch.randint(0, 8, (8,))
+    with applied(model, BF16, CPU):
+        assert F.cross_entropy(z, y).dtype == torch.float32
+        assert F.mse_loss(z, z).dtype == torch.float32
+        assert F.kl_div(z, z, reduction="batchmean").dtype == torch.float32
+        assert torch.linalg.inv(z.float() + 8 * torch.eye(8)).dtype == torch.float32
+        assert F.softmax(z, 1).dtype == torch.bfloat16                  # follows its input
+        assert (torch.randn(4, 4, dtype=torch.float64) @ torch.randn(4, 4, dtype=torch.float64)).dtype == torch.float64
