@@ -152,7 +152,7 @@ def main(argv: list[str] | None = None) -> int:
     if args.dry_run:
         device, clients, per_client, workers, batch = "cpu", 2, 64, [1], 32
         cases = [(m, n, w) for m in MODELS for n in ("fp32", "bf16-mixed") for w in workers]
-        skipped = [{"numerics": "tf32", "why": "TF32 needs CUDA (a dry run is on the CPU)"}]
+        skipped: list[dict[str, Any]] = [{"numerics": "tf32", "why": "TF32 needs CUDA (a dry run is on the CPU)"}]
     else:
         if not torch.cuda.is_available():
             raise SystemExit("no CUDA device: run with --dry-run on a CPU")

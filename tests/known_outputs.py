@@ -20,7 +20,6 @@ from __future__ import annotations
 
 import hashlib
 import json
-import sys
 import zlib
 from dataclasses import dataclass
 from pathlib import Path

@@ -33,6 +33,6 @@ def test_pairs_match_seed_to_seed_and_skip_unshared_seeds():
 def test_the_table_has_a_row_per_pair_with_two_shared_seeds():
     runs = {"a": [doc(0, 0.5), doc(1, 0.6)], "b": [doc(0, 0.5), doc(1, 0.601)], "c": [doc(0, 0.4)]}
     lines = paired_table(runs, [["a", "b"], ["c", "b"], ["x", "b"]], 1.0)
-    rows = [l for l in lines if l.startswith("| a")]
+    rows = [line for line in lines if line.startswith("| a")]
     assert len(rows) == 1 and "**equivalent within ±1**" in rows[0] and "-0.05" in rows[0]
     assert paired_table(runs, [["c", "b"]], 1.0) == []
