@@ -230,6 +230,24 @@ def near_ties(results_root: Path, claim: Claim) -> NearTies | None:
     return NearTies(pairs)
 
 
+def chosen_check_caveat(results_root: Path, experiment: str) -> str:
+    """Where the near-tie runs' machine did not reproduce a chosen (reported) run (near-ties/chosen_check.json,
+    ``--check-chosen``): the caveat that the pairs then mix that machine's rounding with the choice."""
+    path = results_root / experiment / "near-ties" / "chosen_check.json"
+    if not path.exists():
+        return ""
+    check = json.loads(path.read_text())
+    bad = {k: r for k, r in check.get("runs", {}).items() if r.get("status") == "differs"}
+    if not bad:
+        return ""
+    stack = check.get("stack") or {}
+    cpu = f"{stack.get('cpu_capability', '?')} CPU kernels" if stack else "another stack"
+    worst = max(float(r.get("max_abs_difference") or 0.0) for r in bad.values())
+    return (f"caveat: the chosen run re-run where the near-tie runs ran ({cpu}, seed {check.get('seed')}) differs "
+            f"from the reported one ({', '.join(sorted(bad))}; largest per-round difference in G-FL accuracy or "
+            f"loss {worst:.3f}): a near-tie pair there also carries that machine's rounding, not only the choice")
+
+
 def verdict(measured: Measured | None, paper_gain: float | None) -> str:
     return "not run" if measured is None else ci_verdict(measured.gain, paper_gain)
 
@@ -263,6 +281,9 @@ def ledger(results_root: Path, claims: list[Claim], titles: dict[str, str]) -> s
             v_pair = v
             v = worst
             pair_lines.append(f"- **{c.id}** (chosen pair: {v_pair}; headline: the worst pair's, {worst}):")
+            caveat = chosen_check_caveat(results_root, c.experiment)
+            if caveat:
+                pair_lines.append(f"  - {caveat}")
             for b_slug, m_slug, gain, word in ties.pairs:
                 shown = (word if gain is None else
                          f"{gain.mean:+.2f} [{gain.ci[0]:+.2f}, {gain.ci[1]:+.2f}], p {_p(gain.p)}, n {gain.n}: {word}")

@@ -180,3 +180,21 @@ def test_reason_quotes_the_rows_per_seed_gains(tmp_path):
     c = Claim("x", "P", "c", "f", 1.0, "e", "base", "meth",
               reason="gained on {{gain:positive}} of {{gain:n}} seeds, {{gain:min}} to {{gain:max}}")
     assert fill_reason(tmp_path, c) == "gained on 3 of 5 seeds, -1.00 to +5.00"
+
+
+def test_a_chosen_run_the_near_tie_machine_did_not_reproduce_gets_a_caveat(tmp_path):
+    import json
+
+    from experiments.claims import chosen_check_caveat
+
+    check = tmp_path / "exp" / "near-ties" / "chosen_check.json"
+    check.parent.mkdir(parents=True)
+    assert chosen_check_caveat(tmp_path, "exp") == ""                        # no check run: nothing to say
+    check.write_text(json.dumps({"seed": 0, "stack": {"cpu_capability": "AVX512"},
+                                 "runs": {"fedavg": {"status": "identical", "max_abs_difference": 0.0}}}))
+    assert chosen_check_caveat(tmp_path, "exp") == ""
+    check.write_text(json.dumps({"seed": 0, "stack": {"cpu_capability": "AVX512"},
+                                 "runs": {"fedavg": {"status": "differs", "max_abs_difference": 0.089},
+                                          "fedbr": {"status": "differs", "max_abs_difference": 0.084}}}))
+    text = chosen_check_caveat(tmp_path, "exp")
+    assert "AVX512 CPU kernels, seed 0" in text and "(fedavg, fedbr;" in text and "0.089" in text
