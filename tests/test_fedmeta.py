@@ -303,3 +303,16 @@ def test_the_aggregate_is_fedavgs_average_meta_updated_on_the_pool():
     for k, v in model.state_dict().items():
         np.testing.assert_array_equal(out[k], v.numpy())
         assert not np.array_equal(out[k], avg[k])
+
+
+@pytest.mark.slow
+def test_it_learns_beside_fedavg(tmp_path):
+    """digits, 10 clients, Dirichlet(0.1), 15 rounds (tests/_learning_util.py): the server's meta step on the shared
+    10 % lifts the global model above FedAvg's (measured 2026-12-02, means of the last 3 rounds: G-FL FedAvg
+    0.808, FedMeta 0.912; P-FL 0.879 / 0.935): asserted as at least FedAvg's, both above 0.6."""
+    from tests._learning_util import final, run
+
+    fedavg, fedmeta = run(tmp_path, "fedavg"), run(tmp_path, "fedmeta")
+    assert final(fedmeta, "global_accuracy") >= final(fedavg, "global_accuracy")
+    assert final(fedmeta, "local_accuracy") >= final(fedavg, "local_accuracy") - 0.03
+    assert final(fedavg, "global_accuracy") > 0.6
