@@ -232,7 +232,7 @@ def near_ties(results_root: Path, claim: Claim) -> NearTies | None:
 
 def chosen_check_caveat(results_root: Path, experiment: str) -> str:
     """Where the near-tie runs' machine did not reproduce a chosen (reported) run (near-ties/chosen_check.json,
-    ``--check-chosen``): the caveat that the pairs then mix that machine's rounding with the choice."""
+    ``--check-chosen``): the caveat that the pairs then mix the difference of the two runs with the choice."""
     path = results_root / experiment / "near-ties" / "chosen_check.json"
     if not path.exists():
         return ""
@@ -245,7 +245,8 @@ def chosen_check_caveat(results_root: Path, experiment: str) -> str:
     worst = max(float(r.get("max_abs_difference") or 0.0) for r in bad.values())
     return (f"caveat: the chosen run re-run where the near-tie runs ran ({cpu}, seed {check.get('seed')}) differs "
             f"from the reported one ({', '.join(sorted(bad))}; largest per-round difference in G-FL accuracy or "
-            f"loss {worst:.3f}): a near-tie pair there also carries that machine's rounding, not only the choice")
+            f"loss {worst:.3f}): a near-tie pair there also carries what differs between the two runs (the machine's "
+            f"rounding, code changed since the reported run), not only the choice")
 
 
 def verdict(measured: Measured | None, paper_gain: float | None) -> str:
