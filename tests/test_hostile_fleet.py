@@ -520,10 +520,16 @@ def test_every_node_trains_again_after_the_proxy_was_away(fleet) -> None:
     fed.start_proxy()
     t_back = time.time()
     assert during.returncode == 1 and "no poll of the SuperLink for" in during.stdout, during.stdout
-    logs_during = {i: fed.nodes[i].log.read_text(errors="replace") for i in range(NODES)}
     assert all(fed.nodes[i].alive() for i in range(NODES))
     assert cutter.cut >= NODES, cutter.cut                     # every node did hit the cut handshakes
-    assert any("ssl" in logs_during[i].lower() or "eof" in logs_during[i].lower() for i in range(NODES))
+
+    def saw_cut() -> bool:  # a node's log shows the cut handshakes (its logger may write them a little late)
+        return any(word in fed.nodes[i].log.read_text(errors="replace").lower()
+                   for i in range(NODES) for word in ("ssl", "eof"))
+    seen_by = time.time() + 10.0                               # once not yet there in a loaded full-suite run
+    while not saw_cut() and time.time() < seen_by:
+        time.sleep(0.5)
+    assert saw_cut()
     back = {}
     deadline = t_back + RECOVER_S
     while len(back) < NODES and time.time() < deadline:
