@@ -89,10 +89,9 @@ def node_numerics(cfg: RunConfig, node_config: Mapping, device: torch.device) ->
     try:
         if own:
             chosen = dataclasses.replace(chosen, **{k.replace("-", "_"): str(v) for k, v in own.items()})
-        decl = get_method(cfg.method)
-        if chosen.precision not in decl.precisions:
-            raise ValueError(f"method '{cfg.method}' does not take precision = '{chosen.precision}' "
-                             f"({decl.precision_reason})")
+        refusal = get_method(cfg.method).precision_refusal(chosen.precision)
+        if refusal:
+            raise ValueError(refusal)
         check_device(chosen, device)
     except ValueError as e:
         where = f"node config {own}" if own else "run config"

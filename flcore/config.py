@@ -96,10 +96,9 @@ class RunConfig(CommonConfig):
             own.check_run(self)
         from flcore.registry import get_method
 
-        decl = get_method(self.method)
-        if self.precision not in decl.precisions:
-            raise ConfigError(f"method '{self.method}' does not take run-config precision = '{self.precision}' "
-                              f"({decl.precision_reason}); it takes {', '.join(decl.precisions)}")
+        refusal = get_method(self.method).precision_refusal(self.precision)
+        if refusal:
+            raise ConfigError(f"run-config: {refusal}")
 
     @property
     def method_section(self) -> Section | None:

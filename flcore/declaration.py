@@ -67,6 +67,13 @@ class MethodDecl:
     precisions: tuple[str, ...] = ("fp32", "bf16-mixed", "fp16-mixed")
     precision_reason: str = ""
 
+    def precision_refusal(self, precision: str) -> str:
+        """Why the method refuses run-config ``precision`` ('' when it takes it)."""
+        if precision in self.precisions:
+            return ""
+        return (f"method '{self.name}' does not take precision = '{precision}' ({self.precision_reason}); it takes "
+                f"{', '.join(self.precisions)}")
+
     def __post_init__(self) -> None:
         if "fp32" not in self.precisions or (len(self.precisions) < 3 and not self.precision_reason):
             raise ValueError(f"method '{self.name}': precisions must include fp32, and a method that refuses one "

@@ -133,11 +133,11 @@ def _tf32(enabled: bool) -> Iterator[None]:
 def applied(model: nn.Module, numerics: Numerics, device: torch.device) -> Iterator[None]:
     """``model`` computes under ``numerics`` inside the block; its layout is contiguous again after it. At the
     default (fp32, contiguous, no TF32) this does nothing at all."""
-    if numerics == FP32 or (not numerics.mixed and not numerics.tf32 and not numerics.channels_last(model)):
+    last = numerics.channels_last(model)
+    if not (numerics.mixed or numerics.tf32 or last):
         yield
         return
     check_device(numerics, device)
-    last = numerics.channels_last(model)
     scaler = grad_scaler(numerics, device)
     token = _scaler.set(scaler)
     if last:

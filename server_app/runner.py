@@ -200,13 +200,13 @@ def evaluate_global(run: Run) -> tuple[dict[str, tuple[float, float]], dict[str,
     graph density) with, on the G-FL test set, the collapse of its representations."""
     scores, stats = {}, {}
     device = next(run.model.parameters()).device
-    for name, (x, y) in run.eval_sets.items():
-        moments = FeatureMoments() if name == "global" else None
-        with applied(run.model, numerics_of(run.cfg), device):  # the run's precision and memory format
+    with applied(run.model, numerics_of(run.cfg), device):  # the run's precision and memory format
+        for name, (x, y) in run.eval_sets.items():
+            moments = FeatureMoments() if name == "global" else None
             scores[name] = evaluate(run.model, x, y, moments=moments)
-        stats.update({f"{name}_{k}": v for k, v in pop_eval_stats(run.model).items()})
-        if moments is not None and moments.count:
-            stats.update(collapse_stats(moments, f"{name}_feature"))
+            stats.update({f"{name}_{k}": v for k, v in pop_eval_stats(run.model).items()})
+            if moments is not None and moments.count:
+                stats.update(collapse_stats(moments, f"{name}_feature"))
     return scores, stats
 
 

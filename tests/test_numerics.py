@@ -220,7 +220,7 @@ def test_run_config_refusals_name_the_key():
         RunConfig.from_dict({"precision": "fp16-mixed", "device": "cpu"})
     with pytest.raises(ConfigError, match="tf32 = true needs CUDA"):
         RunConfig.from_dict({"tf32": True, "device": "cpu"})
-    with pytest.raises(ConfigError, match="method 'scaffold' does not take run-config precision = 'fp16-mixed'"):
+    with pytest.raises(ConfigError, match="run-config: method 'scaffold' does not take precision = 'fp16-mixed'"):
         RunConfig.from_dict({"method": "scaffold", "precision": "fp16-mixed"})
     with pytest.raises(ConfigError, match="run-config key 'memory-format'"):
         RunConfig.from_dict({"memory-format": "nhwc"})
