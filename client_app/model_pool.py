@@ -2,38 +2,35 @@
 
 Every train/evaluate message needs the run's model loaded with the received weights. Building it
 (``models.build_model``: seeded construction + initialisation, whose ``torch.manual_seed`` also queues
-seeding for CUDA with a captured stack trace) costs 0.3-1.5 ms on CPU: as much as a small client's whole
-local round (digits MLP). A single-box engine that sends thousands of messages to one process pays
-that every time. The pool keeps built models per (run config, input shape, classes, device) and hands
-one out again only when it is provably in its freshly built condition apart from its weights, which the
-caller then overwrites with the received ones, exactly as a new model's would be:
+seeding for CUDA) costs about 2 ms on CPU (digits MLP, measured here): as much as a small client's whole
+local round. A single-box engine that sends thousands of messages to one process pays that every time.
+The pool keeps built models per (run config, input shape, classes, device) and hands one out again in its
+freshly built condition apart from its weights, which the caller then overwrites with the received ones,
+exactly as a new model's would be. It uses torch's public API only (issue round-pipeline):
 
 - on build, the global torch RNG state right after ``build_model`` is recorded; on reuse it is restored
   (and CUDA re-seeded when CUDA exists), so what a trainer draws from the global RNG is unchanged;
-- a model goes back to the pool only if nothing outside the ClientApp handler still references it, its
-  submodules or its tensors (reference counts equal those recorded when it was new), and nothing in it
-  changed but tensor values: the same submodule objects, attribute names and plain attribute values,
-  the same parameter / buffer objects with the same ``requires_grad``, no hook added or removed, and
-  tensors held as plain attributes not modified in place (identity and version counter);
-- on reuse every gradient is cleared and every module is put in training mode (as built);
-- :meth:`ModelPool.load` copies received weights in with the checks of ``load_state_dict(strict=True)``
-  (same names, same shapes; same ``copy_``), through ``load_state_dict`` itself whenever a module defines
-  its own loading hooks.
+- a model goes back to the pool only if its structure is the one built: the same module objects in
+  ``modules()`` order, the same parameter and buffer objects with the same ``requires_grad``;
+- on reuse it is put in training mode and its gradients are cleared (``train()``, ``zero_grad``), as built;
+- :meth:`ModelPool.load` copies received weights into the tensors of ``state_dict(keep_vars=True)`` with the
+  checks of ``load_state_dict(strict=True)`` (same names, same shapes; the same ``copy_``): what
+  ``load_state_dict`` does for a model without its own loading hooks, which no model in ``models/`` has.
 
-What the check cannot prove (a trainer that keeps the model, flips a flag, registers a hook) simply costs
-a rebuild. ``POOL.enabled = False`` turns reuse off.
+**The trainer's part of the contract** (docs/ADDING_A_METHOD.md): a trainer leaves the model as it found it
+apart from tensor values and training mode: hooks it registers are removed, attributes it sets are restored,
+and it keeps no reference to the model or its parts after its message. The pool does not look into torch's
+private module state (hook dicts, version counters, reference counts) to prove that: the known-output jobs,
+every method with the pool on, are bit-identical to their records, which a trainer breaking the contract
+would change. ``POOL.enabled = False`` turns reuse off.
 
 Keys are the whole run config (any key may shape the model), so every run of a sweep in one process brings
 a new key: the pool keeps the ``max_keys`` most recently used ones and forgets the least recently used
-(its free models go). It used to stop taking new keys once full, which after eight runs in one process
-rebuilt the model for every message from then on (measured on the digits job: 23.3 -> 31.7 ms CPU per
-round from the ninth run).
+(its free models go).
 """
 
 from __future__ import annotations
 
-import operator
-import sys
 from collections import OrderedDict
 from typing import Any, Callable, Mapping
 
@@ -41,84 +38,35 @@ import numpy as np
 import torch
 from torch import nn
 
-_INTERNALS = frozenset({"training", "_parameters", "_buffers", "_non_persistent_buffers_set", "_modules",
-                        "_backward_pre_hooks", "_backward_hooks", "_is_full_backward_hook", "_forward_hooks",
-                        "_forward_hooks_with_kwargs", "_forward_hooks_always_called", "_forward_pre_hooks",
-                        "_forward_pre_hooks_with_kwargs", "_state_dict_hooks", "_state_dict_pre_hooks",
-                        "_load_state_dict_pre_hooks", "_load_state_dict_post_hooks"})
-_HOOKS = ("_backward_pre_hooks", "_backward_hooks", "_forward_hooks", "_forward_pre_hooks", "_state_dict_hooks",
-          "_state_dict_pre_hooks", "_load_state_dict_pre_hooks", "_load_state_dict_post_hooks")
-
-
-_HOOK_DICTS = operator.itemgetter(*_HOOKS)
-_REQUIRES_GRAD = operator.attrgetter("requires_grad")
-
-
-class _ModuleSnapshot:
-    """One module as it was when new (instance-specific: compared by identity, C-level where possible)."""
-
-    __slots__ = ("keys", "get_attrs", "attrs", "tensors", "params", "buffers", "children", "nonpersistent", "hooks")
-
-    def __init__(self, module: nn.Module) -> None:
-        d = module.__dict__
-        self.keys = frozenset(d)
-        names = sorted(k for k in d if k not in _INTERNALS and not isinstance(d[k], torch.Tensor))
-        self.get_attrs = operator.itemgetter(*names, *names[:1]) if names else None  # always a tuple
-        self.attrs = self.get_attrs(d) if names else None
-        self.tensors = tuple((k, d[k], d[k]._version) for k in sorted(d) if isinstance(d[k], torch.Tensor))
-        self.params = dict(d["_parameters"])
-        self.buffers = dict(d["_buffers"])
-        self.children = dict(d["_modules"])
-        self.nonpersistent = frozenset(d["_non_persistent_buffers_set"])
-        self.hooks = tuple(map(len, _HOOK_DICTS(d)))
-
-    def same(self, module: nn.Module) -> bool:
-        d = module.__dict__
-        try:  # dict / tuple equality compares identical objects without calling their __eq__
-            if not (d.keys() == self.keys and d["_parameters"] == self.params and d["_buffers"] == self.buffers
-                    and d["_modules"] == self.children and tuple(map(len, _HOOK_DICTS(d))) == self.hooks
-                    and d["_non_persistent_buffers_set"] == self.nonpersistent):
-                return False
-            if self.get_attrs is not None and self.get_attrs(d) != self.attrs:
-                return False
-        except Exception:  # noqa: BLE001 - a different tensor/array compared elementwise: it was replaced
-            return False
-        return all(d[k] is t and t._version == v for k, t, v in self.tensors)
-
 
 class _Instance:
-    """A pooled model with its snapshot, its reference counts when new and its state-dict slots."""
+    """A pooled model with what its structure was when built and its state-dict slots."""
 
-    __slots__ = ("model", "modules", "snapshots", "owned", "refs", "params", "flags", "slots", "custom_load")
+    __slots__ = ("model", "modules", "params", "flags", "buffers", "slots")
 
     def __init__(self, model: nn.Module) -> None:
         self.model = model
-        self.modules = list(model.modules())
-        self.snapshots = [_ModuleSnapshot(m) for m in self.modules]
-        self.params = [p for m in self.modules for p in m.__dict__["_parameters"].values() if p is not None]
-        self.flags = list(map(_REQUIRES_GRAD, self.params))
+        self.modules = tuple(model.modules())
+        self.params = tuple(model.parameters())
+        self.flags = tuple(p.requires_grad for p in self.params)
+        self.buffers = tuple(model.buffers())
         self.slots = list(model.state_dict(keep_vars=True).items())
-        self.custom_load = any(m.__dict__.get("_load_state_dict_pre_hooks") or m.__dict__.get("_load_state_dict_post_hooks")
-                               or type(m)._load_from_state_dict is not nn.Module._load_from_state_dict
-                               for m in self.modules)
-        buffers = [b for m in self.modules for b in m.__dict__["_buffers"].values() if b is not None]
-        self.owned = [*self.modules[1:], *self.params, *buffers]  # what nobody else may hold on to
-        self.refs = self.refcounts()
-
-    def refcounts(self) -> list[int]:
-        return list(map(sys.getrefcount, self.owned))
 
     def unchanged(self) -> bool:
-        """Nothing but tensor values changed. Every module of the tree as built still has the same children
-        (``_modules`` compared by identity in its snapshot), so the tree is the one built: no walk needed."""
-        return (list(map(_REQUIRES_GRAD, self.params)) == self.flags
-                and all(map(_ModuleSnapshot.same, self.snapshots, self.modules)))
+        """The same module, parameter and buffer objects as built, with the same ``requires_grad``."""
+        return (_same(self.model.modules(), self.modules) and _same(self.model.parameters(), self.params)
+                and _same(self.model.buffers(), self.buffers)
+                and all(p.requires_grad == f for p, f in zip(self.params, self.flags)))
 
     def reset(self) -> None:
-        for m in self.modules:
-            m.__dict__["training"] = True
-        for p in self.params:
-            p.grad = None
+        self.model.train()
+        self.model.zero_grad(set_to_none=True)
+
+
+def _same(now: Any, built: tuple[Any, ...]) -> bool:
+    """Whether the iterator ``now`` yields exactly the objects ``built`` (identity, same count)."""
+    items = tuple(now)
+    return len(items) == len(built) and all(a is b for a, b in zip(items, built))
 
 
 class _Entry:
@@ -172,7 +120,7 @@ class ModelPool:
         """``model.load_state_dict(params, strict=True)`` for numpy ``params`` (the same copies and checks)."""
         handed = self._out.get(id(model))
         inst = handed[1] if handed is not None and handed[1].model is model else None
-        if inst is None or inst.custom_load or len(params) != len(inst.slots) or any(
+        if inst is None or len(params) != len(inst.slots) or any(
                 name != slot[0] or tuple(np.shape(v)) != tuple(slot[1].shape)
                 for (name, v), slot in zip(params.items(), inst.slots)):
             model.load_state_dict({k: torch_array(v) for k, v in params.items()}, strict=True)
@@ -191,19 +139,14 @@ class ModelPool:
         return list(model.state_dict(keep_vars=True).items())
 
     def give_back(self, model: nn.Module) -> bool:
-        """Offer a model whose message is done; True if it will be reused. The caller must hold no other
-        reference to it (pass its last one) and must not use it afterwards."""
+        """Offer a model whose message is done; True if it will be reused. The caller must not use it
+        afterwards (nor keep a reference to it: the trainer's contract in the module docstring)."""
         handed = self._out.pop(id(model), None)
         if handed is None or handed[1].model is not model:
             return False
         key, inst, owner = handed
-        del handed
         entry = self._entries.get(key)
-        if entry is None or entry is not owner or len(entry.free) >= self.per_key:
-            return False
-        # the caller's variable, this argument, getrefcount's argument, inst.model and inst.modules[0]:
-        # anything more is a reference kept outside the handler
-        if sys.getrefcount(model) > 5 or inst.refcounts() != inst.refs or not inst.unchanged():
+        if entry is None or entry is not owner or len(entry.free) >= self.per_key or not inst.unchanged():
             return False
         inst.reset()
         entry.free.append(inst)

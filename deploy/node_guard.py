@@ -17,7 +17,10 @@
    it and compose shows it unhealthy. Stamp file: ``POLL_STAMP`` or ``$TMPDIR/flower-supernode-<uid>/supernode-<RUNTIME_PORT>.poll`` (a 0700 directory).
 
 Both patch named functions of the installed flwr after checking they exist; on a flwr without them the
-node refuses to start (exit 2) rather than run unguarded.
+node refuses to start (exit 2) rather than run unguarded. The per-poll stamp wraps flwr's private pull
+function through ``flcore.internals.wrap_pull`` (the one module touching Flower's private members); without
+it (``NONIID_FL_PUBLIC_ONLY=1`` or a flwr that lacks it) a thread stamps ``idle`` every 5 s while the polling
+loop runs, so a stopped loop still shows but a message that hangs does not.
 
 ``python deploy/node_guard.py --make-runtime-secret`` writes a fresh Runtime-API secret in the node's private
 directory and prints its path (:func:`runtime_secret`; deploy/supernode.sh's stock mode with TLS).
@@ -31,6 +34,7 @@ import os
 import stat
 import sys
 import tempfile
+import threading
 import time
 from pathlib import Path
 from typing import Any, Callable
@@ -131,7 +135,6 @@ def install(stamp: Path) -> None:
     conn = importlib.import_module(CONNECTION_MODULE)
     loop = importlib.import_module(LOOP_MODULE)
     missing = [f"{m.__name__}.{name}" for m, name in ((conn, "make_simple_http_retry_invoker"),
-                                                      (loop, "_pull_and_store_message"),
                                                       (loop, "start_client_internal"))
                if not callable(getattr(m, name, None))]
     if missing:
@@ -144,24 +147,30 @@ def install(stamp: Path) -> None:
         return invoker
 
     conn.make_simple_http_retry_invoker = guarded_invoker
-    pull = loop._pull_and_store_message
+    # every poll stamps idle/busy through flwr's private pull function (flcore/internals.py owns that wrapper);
+    # without it (NONIID_FL_PUBLIC_ONLY=1, or a flwr without that function) a thread stamps 'idle' every
+    # PUBLIC_STAMP_EVERY s while the polling loop runs: a stopped loop still shows, a hung message does not
+    from flcore import internals  # here, not at the top: deploy/healthcheck.py imports this module, not flwr
 
-    def stamped_pull(*args: Any, **kwargs: Any) -> Any:
-        run_id = pull(*args, **kwargs)
-        write_stamp(stamp, "idle" if run_id is None else "busy")
-        return run_id
-
-    loop._pull_and_store_message = stamped_pull
+    per_poll = internals.wrap_pull(loop, lambda run_id: write_stamp(stamp, "idle" if run_id is None else "busy"))
+    if not per_poll:
+        log.warning("node_guard: the poll stamp says only that the polling loop runs (flwr's pull is not wrapped: "
+                    "public-API mode or another flwr)")
     start = loop.start_client_internal
 
     def stamped_start(*args: Any, **kwargs: Any) -> Any:
         # flwr's connection context logs and swallows an error raised in the polling loop, so the loop can
         # also end by returning while the process (its Runtime API server) lives on: both end the polling
+        beat = None if per_poll else _loop_heartbeat(stamp)
         try:
             result = start(*args, **kwargs)
         except BaseException as exc:
+            if beat is not None:
+                beat.set()
             write_stamp(stamp, "stopped", f"{type(exc).__name__}: {exc}"[:500])
             raise
+        if beat is not None:
+            beat.set()
         write_stamp(stamp, "stopped", "the polling loop returned")
         # exit, so that any restart policy (compose's restart: unless-stopped included) starts the node again
         log.error("node_guard: the SuperNode's polling loop ended; exiting with %d so the node is restarted",
@@ -176,6 +185,22 @@ def install(stamp: Path) -> None:
     if getattr(cli, "start_client_internal", None) is start:
         cli.start_client_internal = stamped_start
     write_stamp(stamp, "idle", "starting")
+
+
+PUBLIC_STAMP_EVERY = 5.0
+
+
+def _loop_heartbeat(stamp: Path) -> threading.Event:
+    """Stamp 'idle' every PUBLIC_STAMP_EVERY s until the returned event is set (the public-API fallback of the
+    per-poll stamp)."""
+    done = threading.Event()
+
+    def beat() -> None:
+        while not done.wait(PUBLIC_STAMP_EVERY):
+            write_stamp(stamp, "idle", "polling loop running")
+
+    threading.Thread(target=beat, name="node-guard-stamp", daemon=True).start()
+    return done
 
 
 def runtime_secret(environ: dict[str, str] | os._Environ = os.environ) -> Path:

@@ -25,6 +25,7 @@ from typing import Callable
 from flwr.app import Context, Error, Message
 from flwr.common.constant import ErrorCode
 
+from flcore import internals
 from engines.copying import copy_context, copy_message
 
 log = logging.getLogger("noniid_fl.engine")
@@ -48,15 +49,12 @@ def new_message_id() -> str:
 
 def error_reply(msg: Message, code: int, reason: str) -> Message:
     """An error reply to ``msg``, as if sent by the node it was addressed to."""
-    reply = Message(Error(code=code, reason=reason), reply_to=msg)
-    stamp_reply(reply, msg)
-    return reply
+    return stamp_reply(Message(Error(code=code, reason=reason), reply_to=msg), msg)
 
 
-def stamp_reply(reply: Message, msg: Message) -> None:
-    """Set what the SuperLink sets on a reply: its own message id and the answering node's id."""
-    reply.metadata.__dict__["_message_id"] = new_message_id()
-    reply.metadata.__dict__["_src_node_id"] = msg.metadata.dst_node_id
+def stamp_reply(reply: Message, msg: Message) -> Message:
+    """``reply`` with what the SuperLink sets on a reply: its own message id and the answering node's id."""
+    return internals.stamp(reply, new_message_id(), msg.metadata.dst_node_id)
 
 
 def handle(app: ClientAppFn, msg: Message, context: Context, copy_reply: bool = True
@@ -80,7 +78,7 @@ def handle(app: ClientAppFn, msg: Message, context: Context, copy_reply: bool = 
                   msg.metadata.dst_node_id, traceback.format_exc())
         reason = f"{type(exc).__name__}: {exc}"
         return error_reply(msg, ErrorCode.CLIENT_APP_RAISED_EXCEPTION, reason), None, time.perf_counter() - t0
-    stamp_reply(reply, msg)
+    reply = stamp_reply(reply, msg)
     if work.run_config == context.run_config:  # keep sharing one run-config dict between a run's Contexts
         work.run_config = context.run_config
     if copy_reply:

@@ -23,6 +23,7 @@ from flwr.app import Context, Message, RecordDict
 from flwr.serverapp import Grid
 from flwr.supercore.task_identity import TaskIdentity
 
+from flcore import internals
 from engines.delivery import ClientAppFn, handle, new_message_id
 
 DEFAULT_CLIENT_APP = "client_app.app:app"
@@ -107,8 +108,7 @@ class InProcessGrid(Grid):
         for msg in messages:
             self._check(msg)
             msg_id = new_message_id()
-            msg.metadata.__dict__["_message_id"] = msg_id
-            msg.metadata.__dict__["_src_node_id"] = SERVER_NODE_ID
+            msg = internals.stamp(msg, msg_id, SERVER_NODE_ID)
             self.messages += 1
             if self.record_sent:
                 self.sent.append(msg)

@@ -48,6 +48,7 @@ from flwr.app import Context, Message, RecordDict
 from flwr.app.metadata import Metadata
 from flwr.common.constant import ErrorCode
 
+from flcore import internals
 from engines.balance import plan
 from engines.delivery import ClientAppFn, error_reply, new_message_id
 from engines.grid import DEFAULT_CLIENT_APP, SERVER_NODE_ID, InProcessGrid, node_context
@@ -252,20 +253,19 @@ class PoolGrid(InProcessGrid):
         batch = []
         for msg in messages:
             self._check(msg)
-            msg_id = self._new_id(msg)
+            msg_id, msg = self._new_id(msg)
             batch.append((msg_id, msg))
         self._driver_threads(busy=True)
         self._dispatch_batch(batch)
         return [i for i, _ in batch]
 
-    def _new_id(self, msg: Message) -> str:
+    def _new_id(self, msg: Message) -> tuple[str, Message]:
         msg_id = new_message_id()
-        msg.metadata.__dict__["_message_id"] = msg_id
-        msg.metadata.__dict__["_src_node_id"] = SERVER_NODE_ID
+        msg = internals.stamp(msg, msg_id, SERVER_NODE_ID)
         self.messages += 1
         if self.record_sent:
             self.sent.append(msg)
-        return msg_id
+        return msg_id, msg
 
     def pull_messages(self, message_ids: Iterable[str]) -> Iterable[Message]:
         """The replies among ``message_ids`` that have arrived; waits up to ``pull_wait`` s for all of them

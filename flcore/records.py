@@ -14,6 +14,8 @@ import numpy as np
 import torch
 from flwr.app import Array, ArrayRecord, ConfigRecord, MetricRecord, RecordDict
 
+from flcore import internals
+
 Params = "OrderedDict[str, np.ndarray]"
 
 # --- .npy bytes (Flower's Array format, stype "numpy.ndarray"), without re-parsing the same headers ----------
@@ -43,12 +45,7 @@ def _encode(a: np.ndarray) -> Array:
             _ENCODE[key] = (data[:len(data) - a.nbytes], arr)
         return arr
     header, proto = hit
-    arr = Array.__new__(Array)
-    arr.__dict__.update(proto.__dict__)
-    arr.__dict__.pop("_object_id", None)
-    arr.__dict__.pop("_chunks", None)
-    arr.data = header + memoryview(a)  # through Array's own setter (marks it changed)
-    return arr
+    return internals.array_like(proto, header + memoryview(a))
 
 
 def _decode(arr: Array, copy: bool = True) -> np.ndarray:
@@ -88,13 +85,8 @@ def _decode(arr: Array, copy: bool = True) -> np.ndarray:
 
 def params_to_record(params: Mapping[str, np.ndarray]) -> ArrayRecord:
     record = ArrayRecord()  # item by item: ArrayRecord(dict) would build every Array a second time
-    items = {str(k): _encode(np.ascontiguousarray(v)) for k, v in params.items()}
-    store = record.__dict__.get("_data")
-    if isinstance(store, dict) and not store:
-        store.update(items)  # keys are str and values Arrays by construction: ArrayRecord's checks hold
-    else:
-        for k, arr in items.items():
-            record[k] = arr
+    # keys are str and values Arrays by construction: ArrayRecord's checks hold
+    internals.set_items(record, {str(k): _encode(np.ascontiguousarray(v)) for k, v in params.items()})
     return record
 
 
@@ -148,9 +140,7 @@ def metric_record(values: Mapping[str, object]) -> MetricRecord:
 def record_dict(records: Mapping[str, object]) -> RecordDict:
     """``RecordDict(records)`` (the same RecordDict, the same errors)."""
     if all(type(k) is str and type(v) in _RECORDS for k, v in records.items()):
-        out = RecordDict()
-        out.__dict__["_data"].update(records)
-        return out
+        return internals.filled(RecordDict, records)
     return RecordDict(dict(records))
 
 
@@ -178,7 +168,5 @@ def _plain(value: object, scalars: frozenset) -> bool:
 
 def _filled(cls: type, values: Mapping[str, object], scalars: frozenset):
     if all(type(k) is str and _plain(v, scalars) for k, v in values.items()):
-        record = cls()
-        record.__dict__["_data"].update(values)
-        return record
+        return internals.filled(cls, values)
     return cls(dict(values))

@@ -31,7 +31,7 @@ from flwr.common import (EvaluateIns, FitIns, GetPropertiesIns, ndarrays_to_para
 from flwr.compat.common import recorddict_compat as legacy
 from flwr.serverapp import Grid
 
-from flcore import protocol
+from flcore import internals, protocol
 from flcore.faces import decode_counts, with_run_config
 from flcore.records import params_to_record, record_to_params
 
@@ -98,7 +98,7 @@ class NumPyClientGrid(Grid):
         converted = [self.to_legacy(m) for m in ours]
         ids = list(self.inner.push_messages([out for out, _ in converted]))
         for msg, (_, names), msg_id in zip(ours, converted, ids):
-            msg.metadata.__dict__["_message_id"] = msg_id  # replies name it, as Flower's grids do
+            internals.stamp(msg, msg_id, msg.metadata.src_node_id)  # replies name it, as Flower's grids do
             self._pending[msg_id] = (msg, names)
         return ids
 

@@ -142,3 +142,23 @@ def test_supernode_sh_runs_stock_tls_nodes_in_process_isolation_with_the_secret(
     assert "--make-runtime-secret" in stock and "flower_superexec" in stock
     assert stock.count('--superexec-auth-secret-file "$secret"') == 2   # the SuperExec and the SuperNode
     assert "--isolation process" in stock
+
+
+def test_without_the_private_pull_a_thread_stamps_idle_while_the_loop_runs(tmp_path, monkeypatch):
+    """The public-API fallback of the per-poll stamp (flcore/internals.py's wrap_pull declines under
+    NONIID_FL_PUBLIC_ONLY=1): 'idle' is stamped every PUBLIC_STAMP_EVERY s until the loop ends."""
+    stamp = tmp_path / "node.poll"
+    monkeypatch.setattr(ng, "PUBLIC_STAMP_EVERY", 0.05)
+    done = ng._loop_heartbeat(stamp)
+    deadline = time.time() + 5
+    while not stamp.exists() and time.time() < deadline:
+        time.sleep(0.02)
+    first = ng.read_stamp(stamp)
+    assert first[0] == "idle" and first[2] == "polling loop running"
+    time.sleep(0.2)
+    assert ng.read_stamp(stamp)[1] > first[1]  # renewed
+    done.set()
+    time.sleep(0.15)
+    last = ng.read_stamp(stamp)[1]
+    time.sleep(0.2)
+    assert ng.read_stamp(stamp)[1] == last  # stopped with the loop

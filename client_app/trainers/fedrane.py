@@ -50,7 +50,7 @@ class ContrastiveTerm(LossTerm):
     """lambda_CD * L_CD(Z, Z_hat) for the minibatch the trainer's forward just produced (``z_hat``).
 
     It holds the neck, not the trainer: no reference cycle, so a finished trainer frees the model at once and
-    the ClientApp's model pool can reuse it (client_app/model_pool.py counts references).
+    the ClientApp's model pool can reuse it (a trainer keeps no reference past its message: client_app/model_pool.py).
     """
 
     def __init__(self, neck: LRANeck) -> None:
