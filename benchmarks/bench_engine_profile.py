@@ -190,7 +190,8 @@ def real_learning(repeats: int, plain, engine) -> dict[str, list[float]]:
                     clock = ClientSideClock()
                     marks: list[tuple[float, float, float]] = []
                     with clock.installed() if name == "engine" else contextlib.nullcontext():
-                        fn(lambda: marks.append((time.process_time(), spent[0], clock.outside_learning())), tmp)
+                        fn(lambda marks=marks, clock=clock: marks.append((time.process_time(), spent[0], clock.outside_learning())),
+                           tmp)
                     n = len(marks) - 1
                     out[f"{name}_cpu_per_round_s"].append((marks[-1][0] - marks[0][0]) / n)
                     out[f"{name}_train_per_round_s"].append((marks[-1][1] - marks[0][1]) / n)

@@ -38,7 +38,7 @@ def model_costs(messages: int = 300) -> list[dict]:
     for dataset, shape, model in MODELS:
         cfg = RunConfig.from_dict(resolve_run_config({"dataset": dataset, "model": model}))
 
-        def build() -> torch.nn.Module:
+        def build(cfg: RunConfig = cfg, shape: tuple[int, ...] = shape) -> torch.nn.Module:
             return build_model(cfg, shape, 10)
 
         params = dict(model_params(build()))

@@ -212,7 +212,7 @@ def main() -> None:
             ends: list[tuple[float, float]] = []
             t0, c0 = time.time(), time.process_time()
             fn = run_plain if name == "plain" else run_pfl
-            accs = fn(job, args.rounds, lambda: ends.append((time.time(), time.process_time())))
+            accs = fn(job, args.rounds, lambda ends=ends: ends.append((time.time(), time.process_time())))
             rep[name] = {"t_start": t0, "cpu_start": c0, "round_ends": [e[0] for e in ends],
                          "round_end_cpu": [e[1] for e in ends], "accuracy": accs}
         rep["loadavg_after"] = list(os.getloadavg())

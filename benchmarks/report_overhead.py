@@ -79,7 +79,7 @@ def threads_paragraph(docs: list[tuple[str, Doc | None]]) -> list[str]:
         def med(c: Doc, k: str) -> float:
             return c[k]["median"]
 
-        def pair(variant: str) -> dict[str, str]:
+        def pair(variant: str, one: list = one, two: list = two) -> dict[str, str]:
             """1 and 2 workers of one variant: wall, speed-up, CPU."""
             k, kc = f"{variant}.per_round_s", f"{variant}.cpu_per_round_s"
             return {f"{variant}1": f(med(one, k)), f"{variant}2": f(med(two, k)),

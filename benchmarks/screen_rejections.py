@@ -27,7 +27,6 @@ import math
 import tempfile
 import time
 import tomllib
-from pathlib import Path
 from typing import Any
 
 from benchmarks.harness import RESULTS_DIR, parser

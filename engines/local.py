@@ -19,7 +19,6 @@ import contextlib
 import gc
 import json
 import time
-from pathlib import Path
 from typing import Any, Iterator, Mapping
 
 from flwr.app import Context, RecordDict

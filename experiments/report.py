@@ -111,7 +111,7 @@ def mark_stopped(exp_dir: Path, note: str = "") -> list[int]:
         return rounds
     text = cfg_file.read_text()
     meta = tomllib.loads(text).get("experiment", {})
-    lines = [l for l in text.splitlines() if not l.startswith("report-rounds = ")]
+    lines = [line for line in text.splitlines() if not line.startswith("report-rounds = ")]
     add = [f"report-rounds = {rounds}"] + ([f"report-note = {json.dumps(note)}"] if note and "report-note" not in meta
                                            else [])
     at = lines.index("[experiment]") + 1
@@ -138,11 +138,11 @@ def table(runs: dict[str, list[dict[str, Any]]], order: list[str]) -> str:
     cols = [c for c in COLUMNS if any(d["final"].get(c[1]) is not None for ds in runs.values() for d in ds)]
     lines = ["| run | seeds | rounds | " + " | ".join(c[0] for c in cols) + " |",
              "|---|---|---|" + "---|" * len(cols)]
-    for label in [l for l in order if l in runs] + [l for l in runs if l not in order]:
+    for label in [lb for lb in order if lb in runs] + [lb for lb in runs if lb not in order]:
         docs = runs[label]
         rounds = sorted({len(d["rounds"]) for d in docs})
         cells = []
-        for header, key, scale, dec in cols:
+        for _header, key, scale, dec in cols:
             vals = [d["final"].get(key) for d in docs]
             if key == "rounds_to_target" and any(v is not None for v in vals):
                 cells.append(mean_std([float(v) if v is not None else None for v in vals], 1, 1))
@@ -206,7 +206,7 @@ def _grid_line(doc: dict[str, Any]) -> str:
         return f"lr grid {final} (fixed: tuned before the edge-growth rule)"
     grown = doc.get("lr-grid-extended", {})
     how = (f"grown from {initial} by {grown.get('low', 0)} value(s) below and {grown.get('high', 0)} above, at most "
-           f"{doc.get('max-extend')} per side" if final != initial else f"as configured (no choice on an edge)")
+           f"{doc.get('max-extend')} per side" if final != initial else "as configured (no choice on an edge)")
     return f"final lr grid {final} ({how})"
 
 
@@ -279,10 +279,10 @@ def paper_table(runs: dict[str, list[dict[str, Any]]], order: list[str], paper: 
         return ""
     lines = [f"Beside the paper ({paper.get('source', 'the paper')}):", "",
              "| run | seeds | G-FL (ours) | G-FL (paper) | P-FL (ours) | P-FL (paper) |", "|---|---|---|---|---|---|"]
-    for label in [l for l in order if l in runs] + [l for l in runs if l not in order]:
+    for label in [lb for lb in order if lb in runs] + [lb for lb in runs if lb not in order]:
         docs = runs[label]
 
-        def theirs(kind: str) -> str:
+        def theirs(kind: str, label: str = label) -> str:
             value = (paper.get(kind) or {}).get(label)
             return f"{100 * value:.2f}" if value is not None else "-"
 

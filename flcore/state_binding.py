@@ -28,7 +28,7 @@ from typing import Any, Mapping
 
 from flwr.app import ConfigRecord
 
-from flcore.protocol import CLIENT_STATE as RECORD, CLIENT_STATE_KEYS as KEYS, STATE_ENTRIES as ENTRIES_METRIC
+from flcore.protocol import CLIENT_STATE as RECORD, CLIENT_STATE_KEYS as KEYS
 TOKEN = re.compile(r"^[0-9a-z][0-9a-z-]{0,63}$")  # tokens become directory and file names
 
 

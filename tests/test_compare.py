@@ -277,7 +277,7 @@ def test_cli_prints_the_table_and_writes_the_figure(runs_dir, tmp_path):
     assert proc.stdout.startswith("| run | seeds | rounds | final G-FL % |")
     assert "| fedavg-s0 +1 | 0,1 |" in proc.stdout
     assert (tmp_path / "fig" / "c.png").stat().st_size > 10_000 and (tmp_path / "fig" / "c.svg").is_file()
-    assert proc.stdout.rstrip().endswith(f"figure: fig/c.png, fig/c.svg")
+    assert proc.stdout.rstrip().endswith("figure: fig/c.png, fig/c.svg")
 
 
 def test_cli_refusal_is_one_line_and_exit_2(tmp_path):

@@ -366,8 +366,10 @@ def test_strategy_memory_flow_state_and_bad_reports():
     d = 200
     assert s.client_config(3, 0) == {ACTIVE_KEY: False, REPORT_KEY: False}
     assert s.client_config(4, 0) == {ACTIVE_KEY: False, REPORT_KEY: True}
-    a = np.zeros((C, d)); a[0] = 1.0; a[1] = 3.0
-    b = np.zeros((C, d)); b[0] = 3.0; b[2] = 5.0
+    a = np.zeros((C, d))
+    a[0], a[1] = 1.0, 3.0
+    b = np.zeros((C, d))
+    b[0], b[2] = 3.0, 5.0
     ups = [ClientUpdate(0, ref, 5, {}, {MEANS_RECORD: _report(a, [2, 3, 0, 0])}),
            ClientUpdate(1, ref, 5, {}, {MEANS_RECORD: _report(b, [2, 0, 3, 0])}),
            ClientUpdate(2, ref, 5, {}, {MEANS_RECORD: _report(np.full((C, d), np.nan), [1, 1, 1, 1])}),
@@ -391,7 +393,8 @@ def test_strategy_memory_flow_state_and_bad_reports():
     np.testing.assert_array_equal(s2.memory_valid, s.memory_valid)
     assert s2.memory_round == 4 and s2.client_config(5, 0)[ACTIVE_KEY]
     # round 5: client 1 misses class 0 -> class 3 appears, class 1 keeps round 4's vector
-    c = np.zeros((C, d)); c[0] = 10.0; c[3] = 4.0
+    c = np.zeros((C, d))
+    c[0], c[3] = 10.0, 4.0
     s.aggregate(5, ref, [ClientUpdate(0, ref, 5, {}, {MEANS_RECORD: _report(c, [1, 0, 0, 1])})])
     np.testing.assert_allclose(s.memory[:, 0], [10.0, 3.0, 5.0, 4.0])
     assert s.round_metrics()["gmv-active"] == 1

@@ -338,7 +338,7 @@ def test_local_gradient_equals_fedprox_with_mu_two_lambda():
     g_bc = grads(lambda: pen.value(model))
     mu = 2 * lam                                                # FedProx: mu/2 ||x - z||^2
     g_prox = grads(lambda: mu / 2 * sum(((p - z[n]) ** 2).sum() for n, p in model.named_parameters()))
-    for a, b, (n, p) in zip(g_bc, g_prox, model.named_parameters()):
+    for a, b in zip(g_bc, g_prox):
         torch.testing.assert_close(a, b)
     g_ce = grads(lambda: torch.zeros(()))
     for a, c, (n, p) in zip(g_bc, g_ce, model.named_parameters()):   # closed form: + 2 lambda (x - z)
@@ -416,7 +416,7 @@ def test_finetune_personalizes_a_copy_with_sgd_on_local_training_data():
         with torch.no_grad():
             for p in ref.parameters():
                 p.sub_(0.5 * p.grad)
-    for (n, a), b in zip(tuned.named_parameters(), ref.parameters()):
+    for a, b in zip(tuned.parameters(), ref.parameters()):
         torch.testing.assert_close(a, b, rtol=1e-5, atol=1e-6)
 
 

@@ -85,7 +85,9 @@ def test_proxy_is_seeded_shared_and_standardised():
     tiny = proxy_samples((1, 4, 4), 8, seed=1).reshape(8, -1)  # small inputs stay well defined
     assert torch.allclose(tiny.std(1, correction=0), torch.ones(8), atol=1e-5)
     # smooth noise is spatially correlated, white noise is not
-    nb = lambda z: float(F.cosine_similarity(z[..., 1:].reshape(-1), z[..., :-1].reshape(-1), dim=0))
+    def nb(z):
+        return float(F.cosine_similarity(z[..., 1:].reshape(-1), z[..., :-1].reshape(-1), dim=0))
+
     assert nb(a) > 0.8 and abs(nb(proxy_samples((1, 28, 28), 32, 7, "white-noise"))) < 0.05
     assert proxy_samples((60,), 4, 1).shape == (4, 60)
     with pytest.raises(ValueError, match="proxy"):
@@ -239,7 +241,8 @@ def test_global_features_of_each_step_or_cached_from_the_rounds_first_pseudo_bat
     model = job.model
     for once, want in ((False, [1.0, 2.0, 3.0]), (True, [1.0, 1.0, 1.0])):
         batches = iter([torch.full((2, 1, 4, 4), float(v)) for v in (1, 2, 3)])
-        pb = PseudoBatch(lambda xb, yb: (next(batches), uniform_labels(2, C)), per_step=True, need_global=True,
+        pb = PseudoBatch(lambda xb, yb, batches=batches: (next(batches), uniform_labels(2, C)), per_step=True,
+                         need_global=True,
                          global_once=once)
         pb.begin(model)
         for _ in range(3):
@@ -333,7 +336,7 @@ def test_pseudo_refresh_once_keeps_rsm_in_client_state_round_rebuilds():
     assert not torch.equal(y1, y2)
     # Mixture: the shared proxy is fixed ("once"), the local partners are redrawn every step
     make, per_step = FedBRTrainer(make_job()).pseudo_source()
-    (a, qa), (b, qb) = make(None, None), make(None, None)
+    (a, qa), (b, _) = make(None, None), make(None, None)
     assert per_step and not torch.equal(a, b)
     assert a.shape[0] == 8 and torch.allclose(qa.sum(1), torch.ones(8))  # |D_p| = B (Alg. 1)
 

@@ -113,7 +113,7 @@ def test_the_complete_graph_path_is_the_slim_path_under_cut_none(solver):
     """Identical masks, except that a constant feature row (a dead sample) is isolated exactly, where the
     alternating solve links it to others only through round-off (its relations are ~1e-16 of the others')."""
     g = torch.Generator().manual_seed(1)
-    for trial in range(20):
+    for _ in range(20):
         z = torch.randn(3, 17, 8, generator=g, dtype=torch.float64)
         z[0, 4] = 0.0                        # a dead sample: zero features
         z[2, 7] = 1.5                        # a constant row

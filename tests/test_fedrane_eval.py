@@ -20,7 +20,7 @@ from data_partitioning.federated import client_arrays
 from data_partitioning.support import training_pool_sample
 from flcore.config import RunConfig, resolve_run_config
 from models import build_model
-from models.evaluation import eval_support, eval_support_size, evaluate, pop_eval_stats, set_eval_support, support_rows
+from models.evaluation import eval_support, eval_support_size, pop_eval_stats, set_eval_support, support_rows
 from models.fedrane.relation_graph import graph_mask, slim_alternating, slim_closed_form, support_graphs
 from flcore.methods.fedrane import FedRANEConfig
 from strategies.base import ClientUpdate

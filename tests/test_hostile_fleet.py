@@ -211,7 +211,7 @@ def test_node_bindings_are_validated_and_written_atomically(tmp_path: Path) -> N
     assert nb.owners(nb.load(table)) == {11: 0, 22: 1}
     bad = {"dup client": [(11, 0, "A"), (22, 0, "B")], "dup node": [(11, 0, "A"), (11, 1, "B")],
            "dup key": [(11, 0, "A"), (22, 1, "A")]}
-    for name, rows in bad.items():
+    for rows in bad.values():
         doc = {"version": 1, "nodes": [{"node_id": n, "client_id": c, "public_key": KEY + k} for n, c, k in rows]}
         with pytest.raises(ValueError, match="bound more than once"):
             nb.parse(doc)

@@ -11,7 +11,7 @@ from pathlib import Path
 import numpy as np
 import pytest
 import torch
-from flwr.app import ArrayRecord, ConfigRecord, Message, MetricRecord
+from flwr.app import Message
 
 from client_app.trainers.base import Trainer
 from client_app.training import LossTerm
@@ -185,7 +185,7 @@ def test_a_method_registered_from_a_test_file_runs_without_editing_the_project(t
         base = {**TINY, "num-server-rounds": 2, "max-local-steps": 5, "lr": 0.05}
         toy = run_federation(FakeGrid(3), RunConfig.from_dict(resolve_run_config(
             {**base, "method": "toy-shrink", "out-dir": str(tmp_path / "toy")})))
-        avg = run_federation(FakeGrid(3), RunConfig.from_dict(resolve_run_config(
+        run_federation(FakeGrid(3), RunConfig.from_dict(resolve_run_config(
             {**base, "method": "fedavg", "out-dir": str(tmp_path / "avg")})))
         norm = lambda d: sum(float(v.pow(2).sum()) for v in torch.load(d / "final_model.pt").values())  # noqa: E731
         assert norm(tmp_path / "toy") < 0.5 * norm(tmp_path / "avg")  # the toy term shrank the weights

@@ -37,7 +37,7 @@ def test_with_out_dir_resolves_once(tmp_path, monkeypatch):
     assert resumed.out_dir == str(tmp_path / "r" / "ckpt")
     assert RunConfig.from_dict({"out-dir": "x"}).with_out_dir().out_dir == str(tmp_path / "x")
     with pytest.raises(ConfigError, match="'out-dir' is '' here"):
-        RunConfig.from_dict({}).out_path
+        _ = RunConfig.from_dict({}).out_path
 
 
 def test_latest_links_the_newest_run(tmp_path):

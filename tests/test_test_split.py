@@ -66,7 +66,7 @@ def test_no_reported_test_sample_is_in_any_tuning_trials_training_or_validation_
     unrotate = {"rotation-step-deg": 0.0}
     reported: set[bytes] = set()
     for seed in exp["seeds"]:
-        for label, over in doc["runs"].items():
+        for over in doc["runs"].values():
             x, _ = global_test_set(_cfg({**doc["base"], **over, **unrotate, "seed": seed}), n)
             reported |= _rows(x)
     assert len(reported) == len(x)  # one test set for every seed and run

@@ -52,7 +52,7 @@ class FedAwSConfig(Section):
 
     def check_run(self, common: Section) -> None:
         """The spreadout step moves the rows of a trainable linear classifier: a fixed head has none."""
-        head = getattr(common, "head")
+        head = common.head
         if head != "linear":
             raise ConfigError(f"run-config key 'head' = '{head}': fedaws spreads the rows of the trainable "
                               "linear classifier, a fixed head has none to move; set head = 'linear'")

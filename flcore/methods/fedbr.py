@@ -141,7 +141,7 @@ class FedBRConfig(Section):
 
     def check_run(self, common: Section) -> None:
         """The proxy dataset must be another dataset than the run's (its training pool is the clients' data)."""
-        dataset = str(getattr(common, "dataset"))
+        dataset = str(common.dataset)
         key = f"{self.NAME}.proxy-dataset"
         if self.pseudo == "mixture" and self.proxy == "dataset" and self.proxy_source(dataset) == dataset:
             raise ConfigError(f"run-config key '{key}' = '{self.proxy_dataset}' is the run's own dataset "
