@@ -16,7 +16,6 @@ from flwr.app import Array, ArrayRecord, ConfigRecord, MetricRecord, RecordDict
 
 from flcore import internals
 
-Params = "OrderedDict[str, np.ndarray]"
 
 # --- .npy bytes (Flower's Array format, stype "numpy.ndarray"), without re-parsing the same headers ----------
 # Flower's Array(ndarray) / Array.numpy() run np.save / np.load, which format and parse (ast) the text

@@ -29,6 +29,8 @@ from typing import Any, Mapping
 from flwr.app import ConfigRecord
 
 from flcore.protocol import CLIENT_STATE as RECORD, CLIENT_STATE_KEYS as KEYS
+from flcore.protocol import STATE_ENTRIES as ENTRIES_METRIC  # noqa: F401 - re-exported for client_app and strategies
+
 TOKEN = re.compile(r"^[0-9a-z][0-9a-z-]{0,63}$")  # tokens become directory and file names
 
 

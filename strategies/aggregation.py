@@ -3,14 +3,14 @@
 from __future__ import annotations
 
 from collections import OrderedDict
-from typing import Mapping, Sequence
+from typing import Sequence
 
 import numpy as np
 
-Params = Mapping[str, np.ndarray]
+from flcore.named_arrays import Arrays
 
 
-def weighted_average(params: Sequence[Params], weights: Sequence[float]) -> "OrderedDict[str, np.ndarray]":
+def weighted_average(params: Sequence[Arrays], weights: Sequence[float]) -> "OrderedDict[str, np.ndarray]":
     """sum_k w_k x_k / sum_k w_k per tensor (FedAvg, McMahan et al. 2017, Alg. 1).
 
     Sums in float64 and casts back to each tensor's dtype (integer buffers are rounded).
@@ -35,7 +35,7 @@ def is_float(arr: np.ndarray) -> bool:
     return bool(np.issubdtype(np.asarray(arr).dtype, np.floating))
 
 
-def average_non_float(params: Sequence[Params], weights: Sequence[float],
+def average_non_float(params: Sequence[Arrays], weights: Sequence[float],
                       keys: Sequence[str]) -> "OrderedDict[str, np.ndarray]":
     """Weighted average of the integer entries ``keys`` (counters/buffers that no optimizer rule covers)."""
     if not keys:
@@ -43,13 +43,13 @@ def average_non_float(params: Sequence[Params], weights: Sequence[float],
     return weighted_average([{k: p[k] for k in keys} for p in params], weights)
 
 
-def deltas(global_params: Params, params: Params) -> "OrderedDict[str, np.ndarray]":
+def deltas(global_params: Arrays, params: Arrays) -> "OrderedDict[str, np.ndarray]":
     """x_k - theta_t per tensor, in float64."""
     return OrderedDict((k, np.asarray(params[k], np.float64) - np.asarray(g, np.float64))
                        for k, g in global_params.items())
 
 
-def apply_update(global_params: Params, update: Params, scale: float = 1.0) -> "OrderedDict[str, np.ndarray]":
+def apply_update(global_params: Arrays, update: Arrays, scale: float = 1.0) -> "OrderedDict[str, np.ndarray]":
     """theta + scale * update, cast back to each tensor's dtype."""
     out: "OrderedDict[str, np.ndarray]" = OrderedDict()
     for k, g in global_params.items():
@@ -58,7 +58,7 @@ def apply_update(global_params: Params, update: Params, scale: float = 1.0) -> "
     return out
 
 
-def flat_norm(params: Params) -> float:
+def flat_norm(params: Arrays) -> float:
     """The L2 norm of all entries together, in float64; inf where squares overflow float64 (no warning: an
     infinite norm is the answer, which the update checks reject by name)."""
     with np.errstate(over="ignore"):

@@ -35,6 +35,7 @@ import numpy as np
 from flwr.app import ArrayRecord, ConfigRecord, RecordDict
 from flwr.serverapp import Grid
 
+from flcore.named_arrays import Params
 from flcore.config import RunConfig
 from flcore.protocol import CLIENT_STATE
 from flcore.registry import get_method
@@ -43,7 +44,7 @@ from strategies.client_registry import ClientInfo, ClientRegistry, RoundFailed
 from strategies.exchange import Failure
 from strategies.flower_api import FlowerStrategyAPI
 from strategies.messages import MessageBuilder
-from strategies.round_driver import Params, RoundDriver, RoundOutcome
+from strategies.round_driver import RoundDriver, RoundOutcome
 from strategies.state_ledger import StateLedger
 from strategies.update_checks import ClientUpdate, UpdateChecks
 

@@ -34,7 +34,6 @@ from strategies.update_checks import ClientUpdate
 
 log = logging.getLogger("noniid_fl")
 
-Params = "OrderedDict[str, np.ndarray]"
 
 
 @dataclass

@@ -14,17 +14,17 @@ from __future__ import annotations
 
 import math
 from collections import OrderedDict
-from typing import Any, Mapping, Sequence
+from typing import Any, Sequence
 
 import numpy as np
 from flwr.app import ArrayRecord, RecordDict
 
+from flcore.named_arrays import Arrays
 from flcore.config import RunConfig
 from flcore.records import record_to_params
 from strategies.aggregation import average_non_float, is_float
 from strategies.update_checks import arrays_problem, reject_updates
 
-Arrays = Mapping[str, np.ndarray]
 
 
 def with_non_float(params: Arrays, new_float: Arrays, client_params: Sequence[Arrays],

@@ -24,9 +24,9 @@ from collections.abc import Mapping
 
 import numpy as np
 
+from flcore.named_arrays import Arrays
 from strategies.aggregation import a_norm, deltas, flat_norm
 
-Arrays = Mapping[str, np.ndarray]
 
 
 def update_problem(params: Arrays, reference: Arrays, max_update_norm: float) -> str | None:

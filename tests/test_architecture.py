@@ -10,7 +10,9 @@ and client_app is tests/test_method_contract.py's). The sibling packages in ``AP
 other's modules either: what two of them share lives below them (the node-binding table that the server's client
 registry reads and deploy/register_node.py writes is flcore/node_bindings.py).
 
-The graph also holds the imports made through importlib, which no import statement shows (:func:`dynamic_imports`):
+The layering is pyproject.toml's import-linter contract, which .ci/run checks with ``lint-imports`` on the static
+imports; these tests check the same layers on a graph that also holds the imports made through importlib, which
+no import statement shows (:func:`dynamic_imports`):
 flcore.methods loads every declaration module of its ``MODULES``; a module that calls ``flcore.registry.resolve`` on
 a declaration's ``"module:attribute"`` field (``decl.strategy``, ``decl.trainer``, ``decl.model_hook``) loads that
 field's module of every declared method; a ``"package.module:attribute"`` constant (the engines' default apps)
@@ -27,11 +29,21 @@ from pathlib import Path
 import pytest
 
 ROOT = Path(__file__).resolve().parent.parent
-LAYERS: tuple[tuple[str, ...], ...] = (("cli", "benchmarks"), ("experiments",), ("engines",), ("server_app",),
-                                       ("strategies", "client_app", "deploy"), ("models", "data_partitioning"),
-                                       ("flcore",))
+
+
+def _contract_layers() -> tuple[tuple[tuple[str, ...], ...], frozenset[str]]:
+    """The layers of pyproject.toml's import-linter contract (the one statement of the layering, which
+    ``lint-imports`` checks on the static imports in .ci/run): top first, and the siblings of '|' layers."""
+    import tomllib
+
+    contracts = tomllib.loads((ROOT / "pyproject.toml").read_text())["tool"]["importlinter"]["contracts"]
+    (layers,) = [c["layers"] for c in contracts if c["type"] == "layers"]
+    apart = frozenset(p.strip() for layer in layers if "|" in layer for p in layer.split("|"))
+    return tuple(tuple(p.strip() for p in layer.replace("|", ":").split(":")) for layer in layers), apart
+
+
+LAYERS, APART = _contract_layers()  # APART: siblings that never import each other
 LAYER = {pkg: depth for depth, pkgs in enumerate(LAYERS) for pkg in pkgs}  # 0: the top
-APART: frozenset[str] = frozenset({"strategies", "client_app", "deploy"})  # siblings that never import each other
 
 
 def module_files(root: Path = ROOT) -> dict[str, Path]:

@@ -17,12 +17,12 @@ import torch.nn.functional as F
 from flwr.app import ArrayRecord
 from torch import nn
 
+from flcore.named_arrays import Tensors
 from client_app.trainers.base import TrainJob, trainable_pairs
 from client_app.training import Forward, LossTerm, Step, minibatches
 from flcore.records import record_to_params
 from models.numerics import fp32
 
-Tensors = "OrderedDict[str, torch.Tensor]"
 
 
 def param_tensors(model: nn.Module, arrays: Mapping[str, np.ndarray | torch.Tensor], what: str) -> Tensors:

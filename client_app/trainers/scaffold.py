@@ -21,6 +21,7 @@ from typing import Mapping
 import torch
 from flwr.app import ArrayRecord
 
+from flcore.named_arrays import Tensors
 from client_app.trainers.base import Trainer, TrainJob
 from client_app.trainers.param_tensors import (ControlVariateTerm, full_gradient, momentum_step_sum,
                                                received_tensors, stored_tensors, to_numpy, trainable_copy)
@@ -28,7 +29,6 @@ from client_app.training import LossTerm, TrainStats
 from flcore.methods.scaffold import DELTA_C, SERVER_C, STATE_C_I, ScaffoldConfig
 from flcore.records import params_to_record
 
-Tensors = "OrderedDict[str, torch.Tensor]"
 
 
 def option2_variate(c_i: Mapping[str, torch.Tensor], c: Mapping[str, torch.Tensor],

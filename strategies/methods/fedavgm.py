@@ -16,17 +16,16 @@ from __future__ import annotations
 
 import math
 from collections import OrderedDict
-from collections.abc import Mapping
 from typing import Any, ClassVar
 
 import numpy as np
 
+from flcore.named_arrays import Arrays
 from flcore.config import RunConfig
 from flcore.methods.fedavgm import FedAvgMConfig
 from strategies.base import ClientUpdate, FLStrategy, Params
 from strategies.tensor_state import TensorState
 
-Arrays = Mapping[str, np.ndarray]
 
 
 def fedavgm_step(w: Arrays, mean: Arrays, v: Arrays, beta: float, server_lr: float

@@ -10,11 +10,12 @@ the start, checkpointed, its norm logged as ``fedcm-delta-norm``) goes to every 
 from __future__ import annotations
 
 from collections import OrderedDict
-from typing import Mapping, Sequence
+from typing import Sequence
 
 import numpy as np
 from flwr.app import ArrayRecord
 
+from flcore.named_arrays import Arrays
 from flcore.methods.fedcm import DELTA, FedCMConfig
 from flcore.records import params_to_record
 from strategies.aggregation import a_norm, apply_update, deltas, is_float, weighted_average
@@ -22,7 +23,6 @@ from strategies.base import ClientUpdate, FLStrategy, Params
 from strategies.tensor_state import TensorState
 from strategies.update_checks import metric_problem, reject_updates
 
-Arrays = Mapping[str, np.ndarray]
 
 
 def global_momentum(x: Arrays, ys: Sequence[Arrays], weights: Sequence[float], steps: Sequence[float],

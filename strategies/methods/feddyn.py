@@ -9,16 +9,16 @@ the model evaluated as G-FL (the paper's "server model").
 from __future__ import annotations
 
 from collections import OrderedDict
-from typing import Mapping, Sequence
+from typing import Sequence
 
 import numpy as np
 
+from flcore.named_arrays import Arrays
 from flcore.methods.feddyn import FedDynConfig
 from strategies.aggregation import deltas
 from strategies.base import ClientUpdate, FLStrategy, Params
 from strategies.tensor_state import TensorState, with_non_float
 
-Arrays = Mapping[str, np.ndarray]
 
 
 def feddyn_server_update(theta: Arrays, locals_: Sequence[Arrays], h: Arrays, alpha: float,

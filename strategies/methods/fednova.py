@@ -13,16 +13,16 @@ Weight decay is treated as part of the gradient (not normalised separately). Equ
 from __future__ import annotations
 
 from collections import OrderedDict
-from typing import Any, Mapping, Sequence
+from typing import Any, Sequence
 
 import numpy as np
 
+from flcore.named_arrays import Arrays
 from flcore.config import RunConfig
 from strategies.aggregation import a_norm, average_non_float, deltas, is_float
 from strategies.base import ClientUpdate, FLStrategy
 from strategies.update_checks import metric_problem, reject_updates
 
-Arrays = Mapping[str, np.ndarray]
 
 
 def fednova_aggregate(w: Arrays, client_params: Sequence[Arrays], weights: Sequence[float],

@@ -15,16 +15,16 @@ from __future__ import annotations
 
 import math
 from collections import OrderedDict
-from typing import Any, Mapping, Sequence
+from typing import Any, Sequence
 
 import numpy as np
 
+from flcore.named_arrays import Arrays
 from flcore.config import RunConfig
 from flcore.methods.fedopt import FedOptConfig
 from strategies.aggregation import average_non_float, deltas, is_float
 from strategies.base import ClientUpdate, FLStrategy
 
-Arrays = Mapping[str, np.ndarray]
 
 
 def second_moment(v: np.ndarray, delta: np.ndarray, beta2: float, rule: str) -> np.ndarray:

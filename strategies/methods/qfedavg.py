@@ -18,17 +18,17 @@ measured during local training, not at w^t.
 from __future__ import annotations
 
 from collections import OrderedDict
-from typing import Any, Mapping, Sequence
+from typing import Any, Sequence
 
 import numpy as np
 
+from flcore.named_arrays import Arrays
 from flcore.config import RunConfig
 from flcore.methods.qfedavg import LOSS_KEY, QFedAvgConfig
 from strategies.aggregation import average_non_float, deltas, is_float
 from strategies.base import ClientUpdate, FLStrategy
 from strategies.update_checks import metric_problem, reject_updates
 
-Arrays = Mapping[str, np.ndarray]
 EPS = 1e-10
 
 

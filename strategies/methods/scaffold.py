@@ -9,18 +9,18 @@ to every sampled client as record ``scaffold-c`` (so SCAFFOLD sends two models' 
 from __future__ import annotations
 
 from collections import OrderedDict
-from typing import Mapping, Sequence
+from typing import Sequence
 
 import numpy as np
 from flwr.app import ArrayRecord
 
+from flcore.named_arrays import Arrays
 from flcore.methods.scaffold import DELTA_C, SERVER_C, ScaffoldConfig
 from flcore.records import params_to_record, record_to_params
 from strategies.aggregation import apply_update, deltas
 from strategies.base import ClientUpdate, FLStrategy, Params
 from strategies.tensor_state import TensorState
 
-Arrays = Mapping[str, np.ndarray]
 
 
 def scaffold_model_update(x: Arrays, ys: Sequence[Arrays], server_lr: float) -> "OrderedDict[str, np.ndarray]":

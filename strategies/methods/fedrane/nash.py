@@ -25,12 +25,13 @@ from __future__ import annotations
 import math
 from collections import OrderedDict
 from dataclasses import dataclass
-from typing import Iterator, Mapping, Sequence
+from typing import Iterator, Sequence
 
 import numpy as np
 from scipy.optimize import nnls
 
-Params = Mapping[str, np.ndarray]
+from flcore.named_arrays import Arrays
+
 
 STATUS_CONVERGED = "converged"
 STATUS_MAX_ITER = "max-iter"
@@ -49,7 +50,7 @@ class NashSolution:
 
 
 # ------------------------------------------------------------------------------------------ Gram matrix
-def _delta_blocks(global_params: Params, client_params: Sequence[Params], key: str, chunk_elems: int
+def _delta_blocks(global_params: Arrays, client_params: Sequence[Arrays], key: str, chunk_elems: int
                   ) -> Iterator[tuple[int, int, np.ndarray]]:
     """Yield (start, stop, block) over one flattened tensor: block[k] = Delta_k[start:stop] in float64.
 
@@ -71,7 +72,7 @@ def _delta_blocks(global_params: Params, client_params: Sequence[Params], key: s
         yield start, stop, block
 
 
-def delta_gram(global_params: Params, client_params: Sequence[Params], keys: Sequence[str] | None = None,
+def delta_gram(global_params: Arrays, client_params: Sequence[Arrays], keys: Sequence[str] | None = None,
                chunk_elems: int = 1 << 22) -> np.ndarray:
     """M = G^T G for the deltas Delta_k = theta_k - theta_t, accumulated layer by layer in float64.
 
@@ -90,7 +91,7 @@ def delta_gram(global_params: Params, client_params: Sequence[Params], keys: Seq
     return 0.5 * (gram + gram.T)
 
 
-def combine_deltas(global_params: Params, client_params: Sequence[Params], coef: np.ndarray,
+def combine_deltas(global_params: Arrays, client_params: Sequence[Arrays], coef: np.ndarray,
                    chunk_elems: int = 1 << 22) -> "OrderedDict[str, np.ndarray]":
     """theta_t + sum_k coef_k (theta_k - theta_t), per tensor in float64, cast back to each dtype (Eq. 10).
 
@@ -111,7 +112,7 @@ def combine_deltas(global_params: Params, client_params: Sequence[Params], coef:
     return out
 
 
-def floating_keys(params: Params) -> list[str]:
+def floating_keys(params: Arrays) -> list[str]:
     return [k for k, v in params.items() if np.issubdtype(np.asarray(v).dtype, np.floating)]
 
 
