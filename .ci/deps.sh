@@ -6,6 +6,7 @@
 #                    ship the hadolint binary / the Kubernetes JSON schemas; nothing is downloaded at run time)
 #   dataset-fashion-mnist   Fashion-MNIST's four IDX .gz files in /usr/share/datasets/fashion-mnist, which
 #                    dataset='fmnist' reads in place (data_partitioning/datasets.py; tests/test_fmnist_data.py)
+#   prometheus       a real Prometheus scrapes a run's metrics endpoint (tests/test_metrics.py)
 #   podman, runc, mmdebstrap   the image build test (deploy/docker/build_local.sh); the first build on a
 #                    machine downloads Debian packages and torch from PyPI (about 8 minutes here)
 # Run it with the test environment active (the pip packages go into `$PYTHON -m pip`, default `python`).
@@ -17,6 +18,7 @@ command -v ssh-keygen >/dev/null || need+=(openssh-client)
 command -v podman >/dev/null || need+=(podman)
 command -v runc >/dev/null || need+=(runc)
 command -v mmdebstrap >/dev/null || need+=(mmdebstrap)
+command -v prometheus >/dev/null || need+=(prometheus)
 for f in train-images-idx3 train-labels-idx1 t10k-images-idx3 t10k-labels-idx1; do
   [ -f "/usr/share/datasets/fashion-mnist/$f-ubyte.gz" ] || { need+=(dataset-fashion-mnist); break; }
 done

@@ -44,6 +44,10 @@ class CommonConfig(Section):
     tensorboard: bool = param(False, "also write every per-round scalar of results.json as TensorBoard event "
                                      "files under <out-dir>/tensorboard (needs the extra: pip install "
                                      "'noniid-fl[tensorboard]')")
+    metrics_port: int = param(0, "serve the run's per-round gauges and counters for Prometheus on this port at "
+                                 "/metrics (server_app/metrics.py; 0 = off)", ge=0, le=65535)
+    metrics_host: str = param("127.0.0.1", "the address the metrics endpoint binds (loopback by default; "
+                                           "'0.0.0.0' exposes it on every interface)")
     client_state_dir: str = param("", "persist client state (SCAFFOLD c_i, MOON previous model) under this "
                                       "directory ('' = in the node's memory only)")
     device: str = param("auto", "torch device; auto = CUDA when available", choices=DEVICES)

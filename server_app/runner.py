@@ -36,6 +36,7 @@ from models.numerics import applied, check_device, numerics_of
 from models.representation import FeatureMoments, collapse_stats
 from server_app.checkpoint import load_checkpoint, save_checkpoint
 from server_app.diagnosis import divergence_note, majority_share
+from server_app.metrics import MetricsServer, RunMetrics
 from server_app.results import WRITE_INTERVAL_S, ResultsWriter, spread
 from strategies.base import FLStrategy, RoundOutcome
 
@@ -276,12 +277,28 @@ def finish(run: Run) -> dict[str, Any]:
     return doc
 
 
+def start_metrics(run: Run) -> MetricsServer | None:
+    """The Prometheus endpoint when ``metrics-port`` is set (server_app/metrics.py), holding a resumed run's
+    rounds already."""
+    cfg = run.cfg
+    if not cfg.metrics_port:
+        return None
+    server = MetricsServer(RunMetrics({"method": cfg.method, "dataset": cfg.dataset, "partition": cfg.partition},
+                                      run.t_start), cfg.metrics_host, cfg.metrics_port)
+    for row in run.results.rounds:
+        server.metrics.observe(row)
+    _say(f"metrics for Prometheus on http://{cfg.metrics_host}:{server.port}/metrics")
+    return server
+
+
 def run_federation(grid: Grid, cfg: RunConfig) -> dict[str, Any]:
     """Run ``num-server-rounds`` rounds; returns the results document (also written to out-dir)."""
     cfg = cfg.with_out_dir()  # as the entry point resolved it (a caller that did not: resolved here, once)
     run = start_run(grid, cfg, time.time())
+    exporter = None
     try:  # the results writer holds the TensorBoard writer (and its thread) open between rounds
         resume(run)
+        exporter = start_metrics(run)
         _say(f"{cfg.method} on {cfg.dataset} ({cfg.partition}), {run.num_clients} clients, "
              f"{cfg.num_server_rounds} rounds -> {cfg.out_path}")
         t_rounds = time.time()
@@ -294,8 +311,12 @@ def run_federation(grid: Grid, cfg: RunConfig) -> dict[str, Any]:
             scores, stats = evaluate_global(run)
             row = assemble_row(run, grid, rnd, outcome, scores, stats, t0)
             run.results.add_round(row)
+            if exporter is not None:
+                exporter.metrics.observe(row)
             checkpoint_if_due(run, rnd)
             _say(round_line(run, rnd, row, t_rounds))
         return finish(run)
     finally:
         run.results.close()
+        if exporter is not None:
+            exporter.close()
