@@ -1,7 +1,7 @@
 """Method costs relative to FedAvg: per-round time (wall and CPU) and message bytes, same workload.
 
 Every method runs through the project's real round driver, strategies and ClientApp with messages
-delivered in this process (benchmarks/inproc_grid.py: no Ray, so no start-up or scheduling noise; the
+delivered in this process (engines/grid.py: no Ray, so no start-up or scheduling noise; the
 messages are still pickled like the simulation engine does). Per repeat, FedAvg runs first and every
 method's figures are divided by that repeat's FedAvg figures. Per method: mean per-round time over
 rounds 2..R (rounds differ for methods with stages, e.g. FedUFO's UAD stage one and CGR stage two),

@@ -23,7 +23,7 @@ from typing import Any, Iterable, Iterator
 from flwr.app import ConfigRecord, Message, RecordDict
 from flwr.supercore.task_identity import TaskIdentity
 
-from benchmarks.inproc_grid import InProcessGrid
+from engines.grid import InProcessGrid
 
 
 class CaptureGrid(InProcessGrid):

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from flwr.app import Error, Message, RecordDict
 
-from benchmarks.inproc_grid import InProcessGrid
+from engines.grid import InProcessGrid
 from strategies.exchange import exchange, push_and_pull
 
 

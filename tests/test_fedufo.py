@@ -11,7 +11,7 @@ import pytest
 import torch
 from flwr.app import Error, Message, RecordDict
 
-from benchmarks.inproc_grid import InProcessGrid
+from engines.grid import InProcessGrid
 from client_app.state import ClientState
 from client_app.trainers.base import ClientData, TrainJob
 from client_app.trainers.fedufo.trainer import FedUFOTrainer
