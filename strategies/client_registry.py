@@ -62,6 +62,8 @@ class ClientRegistry:
         self.accuracy: dict[int, float] = {}  # last local accuracy each client reported
         self.local_models: dict[int, float] = {}  # P-FL over all devices: see note_local_models
         self.backoff: dict[int, tuple[int, int]] = {}  # failed node id -> (failed attempts, first round to ask again)
+        self.away: set[int] = set()           # backed-off nodes seen gone from the SuperLink's node list since
+        self.claims: dict[int, int] = {}      # node refused as duplicate-id -> the client id it claimed
         self.failures: list[Failure] = []  # registration failures not yet reported in a round's results
         self.timeouts: dict[int, int] = {}  # cid -> consecutive exchanges it did not answer in time
         self.evicted: dict[int, tuple[int, int]] = {}  # cid -> (unanswered probes, first round to probe it again)
@@ -162,6 +164,7 @@ class ClientRegistry:
         while True:
             bound = self._node_owners()
             node_ids = [int(n) for n in grid.get_node_ids()]
+            self._clear_stale_backoff(node_ids)
             known = {info.node_id for info in self.clients.values()}
             new = [n for n in node_ids if n not in known and self.backoff.get(n, (0, 0))[1] <= server_round]
             if new:
@@ -194,6 +197,8 @@ class ClientRegistry:
                         continue
                     self.clients[cid] = ClientInfo(cid, node, int(info["num-examples"]), list(info["class-counts"]))
                     self.backoff.pop(node, None)
+                    self.away.discard(node)
+                    self.claims.pop(node, None)
             if not wait or len(self.clients) >= max(self.cfg.min_train_nodes, 1):
                 return
             if time.time() > deadline:
@@ -259,6 +264,28 @@ class ClientRegistry:
                                          f"probe-timeout = {self.cfg.probe_timeout:g} s; probed again in round {retry}"))
         self.forget_lost(ExchangeResult(replies={}, failures=[f for f in res.failures if f.kind == "node-lost"]))
 
+    def _clear_stale_backoff(self, node_ids: list[int]) -> None:
+        """Ask at once (issue ops-live: a node that gave up and came back missed rounds) a backed-off node whose
+        reason to wait is gone:
+
+        - it left the SuperLink's node list and is back (a restarted or reconnected node: whatever failed
+          before, e.g. registration queries that timed out during an outage, was that node's past);
+        - it was refused as ``duplicate-id`` and the node holding that client id is no longer listed (the old
+          node id of a node that restarted under a new one: once the SuperLink drops it, the new one is the
+          client)."""
+        present = set(node_ids)
+        for node in list(self.backoff):
+            if node not in present:
+                self.away.add(node)
+            elif node in self.away:
+                self.backoff.pop(node, None)
+                self.away.discard(node)
+        for node, cid in list(self.claims.items()):
+            holder = self.clients.get(cid)
+            if node in present and (holder is None or holder.node_id not in present):
+                self.backoff.pop(node, None)
+                del self.claims[node]
+
     def _back_off(self, node: int, server_round: int) -> tuple[int, int]:
         """One more failed attempt of ``node``: (attempts so far, the round it is asked again)."""
         tries = self.backoff.get(node, (0, 0))[0] + 1
@@ -277,6 +304,7 @@ class ClientRegistry:
         """A node claims a client id that a live node holds: refused (the holder keeps its slot and state),
         recorded as a registration failure naming both nodes, and asked again with back-off."""
         tries, retry = self._back_off(node, server_round)
+        self.claims[node] = cid
         reason = (f"node {node} claims client id {cid}, already held by live node {holder}: refused "
                   f"(attempt {tries}; asked again in round {retry})")
         self.failures.append(Failure(cid, "register", "duplicate-id", reason))
