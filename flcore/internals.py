@@ -21,7 +21,10 @@ function                  private path                          public path
 ========================  ====================================  ========================================
 
 ``PUBLIC_ONLY`` (the environment variable ``NONIID_FL_PUBLIC_ONLY=1`` when this module is imported) selects
-the public path everywhere. Results do not depend on it: tests/test_internals.py checks each pair and runs a
+the public path everywhere. One caveat: Flower has no public way to give a message ids of one's choosing (its
+SuperLink does that). The public path builds the message with ``Message(content, metadata=...)``: the
+``metadata`` keyword is in the constructor's signature, but not in its typed overloads, and Flower's source
+calls it internal. It is the most public route flwr 1.42 offers. Results do not depend on it: tests/test_internals.py checks each pair and runs a
 federation both ways (same digest); ``benchmarks/bench_public_api.py`` measures what the private paths save.
 The deployment's patches of Flower's modules (deploy/tuned.py, deploy/node_guard.py) replace module
 attributes and call only what Flower exports, except the SuperNode's pull function: that wrapper is
@@ -49,8 +52,8 @@ def stamp(msg: Message, message_id: str, src_node_id: int) -> Message:
         return msg
     new = _metadata(msg.metadata, message_id=message_id, src_node_id=src_node_id)
     if msg.has_error():
-        return Message(msg.error, metadata=new)
-    return Message(msg.content, metadata=new)
+        return Message(msg.error, metadata=new)  # type: ignore[call-overload]  # (see PUBLIC_ONLY's note)
+    return Message(msg.content, metadata=new)  # type: ignore[call-overload]
 
 
 def copy_metadata(metadata: Metadata) -> Metadata:
@@ -82,7 +85,7 @@ def message_like(msg: Message, metadata: Metadata, content: Any) -> Message:
             new.__dict__.update(state)
             new.__dict__["_metadata"], new.__dict__["_content"] = metadata, content
             return new
-    return Message(content, metadata=metadata)
+    return Message(content, metadata=metadata)  # type: ignore[call-overload]
 
 
 def typed_copy(obj: Any) -> Any:
