@@ -18,7 +18,7 @@ import numpy as np
 
 from experiments.claims import CLAIMS, ledger_for
 from experiments.legacy import current_run_config
-from experiments.paired import paired_table
+from experiments.paired import paired_table, versus_best_table
 from flcore.config import PROJECT_ROOT
 from flcore.stack import describe
 from server_app.results import recorded_target, summarize
@@ -328,7 +328,8 @@ def experiment_section(exp_dir: Path) -> list[str]:
             f"Common setting: {setting(first)}.", "", stacks_line(runs), "", *split_note(exp_dir),
             *(fixed_round_tables(runs, order, paper, report_rounds, meta.get("report-note", "")) if report_rounds
               else [table(runs, order), "", paper_table(runs, order, paper)]),
-            *paired_table(runs, meta.get("paired", []), float(meta.get("paired-margin", 1.0))), tuning_table(exp_dir) or meta.get("untuned-note") or UNTUNED.read_text(),
+            *paired_table(runs, meta.get("paired", []), float(meta.get("paired-margin", 1.0))),
+            *versus_best_table(exp_dir.parent, exp_dir.name, meta.get("versus-best", []), paper), tuning_table(exp_dir) or meta.get("untuned-note") or UNTUNED.read_text(),
             f"![{exp_dir.name}](figures/{fig.name})", ""]
 
 

@@ -36,3 +36,35 @@ def test_the_table_has_a_row_per_pair_with_two_shared_seeds():
     rows = [line for line in lines if line.startswith("| a")]
     assert len(rows) == 1 and "**equivalent within ±1**" in rows[0] and "-0.05" in rows[0]
     assert paired_table(runs, [["c", "b"]], 1.0) == []
+
+
+def _write_runs(root, label, accs_by_seed, last_rounds=2):
+    import json
+
+    exp = root / "exp"
+    (exp / "experiment.toml").parent.mkdir(parents=True, exist_ok=True)
+    (exp / "experiment.toml").write_text(f"[tuning]\nlast-rounds = {last_rounds}\n")
+    for seed, accs in accs_by_seed.items():
+        d = exp / label / f"seed{seed}"
+        d.mkdir(parents=True)
+        doc = {"run_config": {"num-server-rounds": len(accs), "seed": seed},
+               "rounds": [{"round": i + 1, "global_accuracy": a} for i, a in enumerate(accs)],
+               "final": {"global_accuracy": accs[-1]}}
+        (d / "results.json").write_text(json.dumps(doc))
+
+
+def test_versus_best_picks_the_strongest_baseline_scores_the_last_rounds_and_reads_the_papers_gain(tmp_path):
+    from experiments.paired import versus_best_rows, versus_best_table
+
+    _write_runs(tmp_path, "m", {0: [0.5, 0.80, 0.82], 1: [0.5, 0.84, 0.86], 2: [0.5, 0.81, 0.83]})
+    _write_runs(tmp_path, "weak", {0: [0.5, 0.60, 0.60], 1: [0.5, 0.61, 0.61], 2: [0.5, 0.62, 0.62]})
+    _write_runs(tmp_path, "strong", {0: [0.5, 0.79, 0.79], 1: [0.5, 0.80, 0.80], 2: [0.5, 0.81, 0.83]})
+    paper = {"g-fl": {"m": 0.88, "weak": 0.80, "strong": 0.87}}
+    (row,) = versus_best_rows(tmp_path, "exp", [["m", "weak", "strong"]], paper)
+    assert row["baseline"] == "strong" and row["n"] == 3
+    # last 2 rounds: m 81, 85, 82; strong 79, 80, 82 -> differences 2, 5, 0
+    assert row["gain"].mean == pytest.approx(7 / 3) and row["paper_gain"] == pytest.approx(1.0)
+    assert row["verdict"] == "inconclusive"   # the interval of (2, 5, 0) contains 0
+    lines = versus_best_table(tmp_path, "exp", [["m", "weak", "strong"]], paper)
+    assert "| m | strong | 3 |" in lines[4] and "+1.00" in lines[4] and "**inconclusive**" in lines[4]
+    assert versus_best_rows(tmp_path, "exp", [["m", "absent"]], paper) == []
