@@ -255,4 +255,35 @@ def test_committed_fedbc_results_stay_attached_to_their_configs(name):
             assert is_complete(out, cfg, int(exp["num-supernodes"])), f"{name}/{label}/seed{seed} would be redone"
             runs += 1
     assert runs >= 6
-    assert not (RESULTS_ROOT / "fedbc-table1-synthetic").exists()
+
+
+def test_fedbc_table1_runs_are_attached_to_their_config_on_their_own_federations():
+    """Issue 43 items 3 and 5: every committed run of fedbc-table1-synthetic is the run its config plans, each
+    reported seed drew its own federation (distinct client-split digests, the same for every label of a seed),
+    and no tuning federation is a reported one."""
+    import json
+
+    from experiments.run import RESULTS_ROOT, is_complete, load_experiment, planned_config, run_dir, tuned_runs
+    from flcore.config import PROJECT_ROOT
+
+    name = "fedbc-table1-synthetic"
+    doc = load_experiment(PROJECT_ROOT / "experiments" / "configs" / f"{name}.toml")
+    exp = doc["experiment"]
+    digests: dict[int, set[str]] = {}
+    tuned = list(json.loads((RESULTS_ROOT / name / "tuning.json").read_text())["runs"])  # the columns tuned so far
+    assert {"fedavg-e1", "fedprox-e1", "scaffold-e1", "qfedavg-e1", "fedbc-e1"} <= set(tuned)
+    for label, over in tuned_runs(doc, RESULTS_ROOT / name, tuned).items():
+        for seed in exp["seeds"]:
+            out = run_dir(name, label, seed)
+            if not out.exists():  # a column not run yet
+                continue
+            cfg = planned_config({**doc["base"], **over, "seed": seed, "out-dir": str(out), "checkpoint": False,
+                                  "overwrite": True})
+            assert is_complete(out, cfg, int(exp["num-supernodes"])), f"{name}/{label}/seed{seed} would be redone"
+            digests.setdefault(seed, set()).add(json.loads((out / "client_split.json").read_text())["digest"])
+    assert len(digests) == 5 and all(len(d) == 1 for d in digests.values())      # one federation per seed
+    reported = {next(iter(d)) for d in digests.values()}
+    assert len(reported) == 5                                                       # ... and five of them
+    tuning = {json.loads(f.read_text())["digest"]
+              for f in (RESULTS_ROOT / name / "tuning").rglob("client_split.json")}
+    assert len(tuning) == 3 and not tuning & reported                               # 3 tuning federations, apart
