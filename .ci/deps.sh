@@ -6,7 +6,8 @@
 #                    ship the hadolint binary / the Kubernetes JSON schemas; nothing is downloaded at run time)
 #   dataset-fashion-mnist   Fashion-MNIST's four IDX .gz files in /usr/share/datasets/fashion-mnist, which
 #                    dataset='fmnist' reads in place (data_partitioning/datasets.py; tests/test_fmnist_data.py)
-#   prometheus       a real Prometheus scrapes a run's metrics endpoint (tests/test_metrics.py)
+#   prometheus       a real Prometheus scrapes a run's and the proxy's metrics (tests/test_metrics.py,
+#                    tests/test_proxy_exporter.py); its promtool checks the alert rules (tests/test_dashboard.py)
 #   podman, runc, mmdebstrap   the image build test (deploy/docker/build_local.sh); the first build on a
 #                    machine downloads Debian packages and torch from PyPI (about 8 minutes here)
 # Run it with the test environment active (the pip packages go into `$PYTHON -m pip`, default `python`).

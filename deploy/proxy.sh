@@ -11,9 +11,15 @@
 #   FLEET_PORT     Fleet API for SuperNodes [9093]
 #   CONTROL_PORT   Control API for operators, mTLS [9443]
 #   HEALTH_PORT    GET /healthz on 127.0.0.1 only (the SuperLink's /health) [9080]
+#   FLEET_STATUS_PORT [9081], CONTROL_STATUS_PORT [9082]  nginx stub_status of the Fleet / Control instance on
+#                  127.0.0.1 only; every answer >= 400 is also logged (its status) to <PROXY_RUN_DIR>/{fleet,control}-refused.log:
+#                  deploy/proxy_exporter.py turns both into Prometheus series
 #   SUPERLINK_UPSTREAM  the SuperLink (TLS, on loopback: deploy/superlink.sh) [127.0.0.1:9091]
 #   FLEET_OBJECT_MAX_BODY  largest push-object body [5137k: a full 5 MiB array chunk, any model]
 #   FLEET_MAX_BODY         largest body of every other Fleet route [64k]
+#   FLEET_OBJECT_BUFFERING [0]  1: read push-object bodies whole, in memory, before they go upstream (a slow
+#                  uploader then holds no upstream slot; costs up to FLEET_CONNECTIONS x FLEET_OBJECT_MAX_BODY of
+#                  memory: use it with limits derived for a model); 0: stream them to the SuperLink
 #   CONTROL_MAX_BODY       largest Control body (start-run carries the app, <= 10 MiB) [11264k]
 #                  `python -m deploy.body_limits -c "<run config>"` prints all three for a model
 #   FLEET_CONNECTIONS      connections of the Fleet instance [4096]
@@ -55,6 +61,7 @@ seconds() {
 }
 fleet_port="$(number FLEET_PORT 9093)"; control_port="$(number CONTROL_PORT 9443)"
 health_port="$(number HEALTH_PORT 9080)"
+fleet_status_port="$(number FLEET_STATUS_PORT 9081)"; control_status_port="$(number CONTROL_STATUS_PORT 9082)"
 upstream="${SUPERLINK_UPSTREAM:-127.0.0.1:9091}"
 case "$upstream" in *[!A-Za-z0-9.:_\[\]-]*|'') echo "proxy.sh: bad SUPERLINK_UPSTREAM '$upstream' (host:port)" >&2; exit 2 ;; esac
 [ -z "${MAX_BODY:-}" ] || { echo "proxy.sh: MAX_BODY is gone: set FLEET_OBJECT_MAX_BODY, FLEET_MAX_BODY and" \
@@ -62,13 +69,20 @@ case "$upstream" in *[!A-Za-z0-9.:_\[\]-]*|'') echo "proxy.sh: bad SUPERLINK_UPS
 fleet_conns="$(number FLEET_CONNECTIONS 4096)"
 object_body="$(size FLEET_OBJECT_MAX_BODY 5137k)"; fleet_body="$(size FLEET_MAX_BODY 64k)"
 control_body="$(size CONTROL_MAX_BODY 11264k)"
+case "${FLEET_OBJECT_BUFFERING:-0}" in
+  0) object_buffer=16k; object_request_buffering=off ;;
+  1) object_buffer="$object_body"; object_request_buffering=on ;;
+  *) echo "proxy.sh: FLEET_OBJECT_BUFFERING must be 0 or 1, got '${FLEET_OBJECT_BUFFERING}'" >&2; exit 2 ;;
+esac
 fleet_upstream="$(number FLEET_UPSTREAM_CONNS 24)"; control_upstream="$(number CONTROL_UPSTREAM_CONNS 8)"
 per_ip="$(number FLEET_CONN_PER_IP 64)"; rate="$(number FLEET_REQ_RATE 20)"; burst="$(number FLEET_REQ_BURST 400)"
 header_timeout="$(seconds CLIENT_HEADER_TIMEOUT 5s)"; body_timeout="$(seconds CLIENT_BODY_TIMEOUT 10s)"
 subst=(
   -e "s|@CERTS_DIR@|$certs|g" -e "s|@UPSTREAM@|$upstream|g" -e "s|@HEALTH_PORT@|$health_port|g"
+  -e "s|@FLEET_STATUS_PORT@|$fleet_status_port|g" -e "s|@CONTROL_STATUS_PORT@|$control_status_port|g"
   -e "s|@FLEET_LISTEN@|$host:$fleet_port|g" -e "s|@CONTROL_LISTEN@|$host:$control_port|g"
   -e "s|@FLEET_OBJECT_MAX_BODY@|$object_body|g" -e "s|@FLEET_MAX_BODY@|$fleet_body|g"
+  -e "s|@FLEET_OBJECT_BUFFER@|$object_buffer|g" -e "s|@FLEET_OBJECT_REQUEST_BUFFERING@|$object_request_buffering|g"
   -e "s|@CONTROL_MAX_BODY@|$control_body|g"
   -e "s|@FLEET_CONNECTIONS@|$fleet_conns|g" -e "s|@FLEET_NOFILE@|$((2 * fleet_conns + 64))|g"
   -e "s|@FLEET_UPSTREAM_CONNS@|$fleet_upstream|g" -e "s|@CONTROL_UPSTREAM_CONNS@|$control_upstream|g"

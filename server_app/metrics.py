@@ -16,7 +16,7 @@ large federation does not explode the series count. Per round, from the round's 
   (timeout, error, node-lost, rejected, evicted, ...);
 - ``run_info{method, dataset, partition}`` = 1 and ``run_start_time_seconds``.
 
-Not exported yet: the Fleet proxy's connection and limit counters (nginx ``stub_status``).
+The Fleet proxy's connection and refusal counters are served by ``deploy/proxy_exporter.py`` (``noniid_fl_proxy_*``).
 """
 
 from __future__ import annotations
@@ -26,11 +26,12 @@ import re
 import threading
 import time
 from collections import Counter
-from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+from http.server import ThreadingHTTPServer
 from typing import Any, Mapping
 
+from flcore.metrics_http import CONTENT_TYPE, metrics_handler  # noqa: F401 - CONTENT_TYPE is re-exported
+
 PREFIX = "noniid_fl_"
-CONTENT_TYPE = "text/plain; version=0.0.4; charset=utf-8"
 
 # gauge name -> (results.json row key, help)
 GAUGES: dict[str, tuple[str, str]] = {
@@ -142,24 +143,10 @@ class MetricsServer:
     def __init__(self, metrics: RunMetrics, host: str, port: int) -> None:
         registry = metrics
 
-        class Handler(BaseHTTPRequestHandler):
-            def do_GET(self) -> None:  # noqa: N802 - http.server's name
-                if self.path.split("?")[0] != "/metrics":
-                    self.send_error(404, "only /metrics is served")
-                    return
-                body = registry.exposition().encode()
-                self.send_response(200)
-                self.send_header("Content-Type", CONTENT_TYPE)
-                self.send_header("Content-Length", str(len(body)))
-                self.end_headers()
-                self.wfile.write(body)
-
-            def log_message(self, format: str, *args: Any) -> None:  # noqa: A002 - scrapes are not logged
-                return
-
+        handler = metrics_handler(registry.exposition)
         self.metrics = metrics
         try:
-            self.httpd = ThreadingHTTPServer((host, port), Handler)
+            self.httpd = ThreadingHTTPServer((host, port), handler)
         except OSError as exc:
             raise OSError(f"run-config keys metrics-host/metrics-port: cannot listen on {host}:{port} ({exc})") from None
         self.httpd.daemon_threads = True

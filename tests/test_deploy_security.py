@@ -347,10 +347,16 @@ def test_rendered_proxy_config_passes_nginx_and_routes_only_fleet_and_control(tm
     proxied = [tuple(b.split("|")) for b in blocks if b.split("|")[1]]
     assert proxied == [("= /v1/fleet/push-object", "https://superlink_fleet"), ("/v1/fleet/", "https://superlink_fleet"),
                        ("/v1/control/", "https://superlink_control"), ("= /healthz", "https://superlink_health/health")]
-    assert len(blocks) == 7  # the other three answer 404
+    assert len(blocks) == 11  # the other three answer 404, and the two stub_status servers (below)
     assert "runtime" not in re.sub(r"#.*", "", conf)  # no route to the Runtime API at all
     assert "listen 127.0.0.1:19093 ssl;" in confs["fleet"] and "listen 127.0.0.1:19443 ssl;" in confs["control"]
     assert "listen 127.0.0.1:9080;" in confs["health"]
+    # nginx's counters for deploy/proxy_exporter.py: stub_status on loopback only, and a log of answers >= 400
+    assert "listen 127.0.0.1:9081;" in confs["fleet"] and "listen 127.0.0.1:9082;" in confs["control"]
+    assert all(line.strip().startswith("listen 127.0.0.1:") for line in conf.splitlines()
+               if line.strip().startswith("listen") and "ssl" not in line)
+    assert conf.count("stub_status;") == 2 and "stub_status" not in confs["health"]
+    assert f"access_log {run_dir.resolve()}/fleet-refused.log refused if=$flower_refused;" in confs["fleet"]
     control = confs["control"][confs["control"].index("listen 127.0.0.1:19443"):]
     assert "ssl_verify_client on;" in control.split("server {")[0]
     assert f"ssl_client_certificate {certs.resolve()}/operator-ca.crt;" in control
@@ -360,6 +366,16 @@ def test_rendered_proxy_config_passes_nginx_and_routes_only_fleet_and_control(tm
     # body limits per route: push-object as configured, other Fleet routes 64k, Control 11264k
     push = confs["fleet"][confs["fleet"].index("location = /v1/fleet/push-object"):]
     assert "client_max_body_size 173k;" in push.split("}")[1]
+    assert "proxy_request_buffering off;" in push.split("}")[1]          # streamed unless FLEET_OBJECT_BUFFERING=1
+    buffered_dir = tmp_path / "proxy-buffered"
+    r = script("proxy.sh", {"CERTS_DIR": str(certs), "PROXY_CHECK": "1", "PROXY_RUN_DIR": str(buffered_dir),
+                            "FLEET_OBJECT_MAX_BODY": "173k", "FLEET_OBJECT_BUFFERING": "1"})
+    assert r.returncode == 0, r.stderr
+    buffered = (buffered_dir / "fleet.conf").read_text()
+    block = buffered[buffered.index("location = /v1/fleet/push-object"):].split("}")[1]
+    assert "proxy_request_buffering on;" in block and "client_body_buffer_size 173k;" in block   # memory, no file
+    bad = script("proxy.sh", {"CERTS_DIR": str(certs), "PROXY_CHECK": "1", "FLEET_OBJECT_BUFFERING": "yes"})
+    assert bad.returncode == 2 and "FLEET_OBJECT_BUFFERING must be 0 or 1" in bad.stderr
     assert re.findall(r"^    client_max_body_size (\S+);", confs["fleet"], re.M) == ["64k"]
     assert "client_max_body_size 11264k;" in confs["control"]
     for name in ("fleet", "control"):
@@ -578,7 +594,7 @@ def proxied_fed(tmp_path_factory: pytest.TempPathFactory):
                           start_nodes=[0, 1], app_dir=snapshot_app(tmp / "app"), database=False)
     try:
         fed.start()
-        fed.start_node(2, tuned=False)
+        fed.start_node(2, tuned=False, ACTIVATION_PATIENCE="0")   # refused at once: not yet registered
         fed.wait_connected([0, 1])
         yield fed, tmp
     finally:

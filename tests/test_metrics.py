@@ -116,19 +116,25 @@ def _query(api: str, expr: str) -> list:
     return doc["data"]["result"]
 
 
+def start_prometheus(tmp_path: Path, job: str, target: int, web: int) -> tuple[subprocess.Popen, str]:
+    """Debian's prometheus scraping 127.0.0.1:``target`` as ``job`` every 0.5 s, its HTTP API on ``web``;
+    returns (the process, the API's base URL)."""
+    (tmp_path / "prometheus.yml").write_text(
+        "global:\n  scrape_interval: 500ms\n  scrape_timeout: 400ms\n"
+        f"scrape_configs:\n  - job_name: {job}\n    static_configs:\n      - targets: ['127.0.0.1:{target}']\n")
+    proc = subprocess.Popen([PROMETHEUS, f"--config.file={tmp_path / 'prometheus.yml'}",
+                             f"--storage.tsdb.path={tmp_path / 'tsdb'}", f"--web.listen-address=127.0.0.1:{web}"],
+                            stdout=subprocess.DEVNULL, stderr=(tmp_path / "prometheus.log").open("w"))
+    return proc, f"http://127.0.0.1:{web}"
+
+
 @pytest.mark.slow
 def test_a_real_prometheus_scrapes_the_federations_series_during_a_run(tmp_path):
     """Debian's prometheus (installed by .ci/deps.sh) scrapes the run every 0.5 s; each round waits until it
     has been scraped; afterwards its HTTP API holds the series with the run's values."""
     assert Path(PROMETHEUS).is_file(), "prometheus is not installed: run .ci/deps.sh"
     port, web = _free_port(), _free_port()
-    (tmp_path / "prometheus.yml").write_text(
-        "global:\n  scrape_interval: 500ms\n  scrape_timeout: 400ms\n"
-        f"scrape_configs:\n  - job_name: noniid-fl\n    static_configs:\n      - targets: ['127.0.0.1:{port}']\n")
-    proc = subprocess.Popen([PROMETHEUS, f"--config.file={tmp_path / 'prometheus.yml'}",
-                             f"--storage.tsdb.path={tmp_path / 'tsdb'}", f"--web.listen-address=127.0.0.1:{web}"],
-                            stdout=subprocess.DEVNULL, stderr=(tmp_path / "prometheus.log").open("w"))
-    api = f"http://127.0.0.1:{web}"
+    proc, api = start_prometheus(tmp_path, "noniid-fl", port, web)
     try:
         deadline = time.time() + 60
         while True:
