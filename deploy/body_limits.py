@@ -16,7 +16,9 @@ So the largest legitimate body of a route is:
   declaration; each counted as a full copy of the model's parameters: an upper bound);
 - every other Fleet route: its protobuf request, of which only ``push-messages`` grows with the model (the
   object tree: one id per object); limit = twice that tree + ``SMALL_MARGIN``;
-- Control: ``start-run`` carries the app package, at most flwr's ``FAB_MAX_SIZE`` (10 MiB), + 1 MiB.
+- Control: ``start-run`` carries the app package, at most flwr's ``FAB_MAX_SIZE`` (10 MiB), + 1 MiB;
+- a reply as a whole (the SuperLink's ``deploy/link_guard.py``, not the proxy): at most twice the legitimate
+  reply's object count + ``REPLY_OBJECT_MARGIN`` objects, and twice its deflated bytes + ``REPLY_BYTE_MARGIN``.
 
 Without a model (the proxy's defaults) the push-object bound is the chunk size's: no model's reply needs more.
 """
@@ -34,6 +36,9 @@ FRAMING_MARGIN = 16 * 1024      # push-object: protobuf framing and HTTP slack b
 SMALL_MARGIN = 64 * 1024        # every other Fleet request: node/run ids, message metadata, public keys
 CONTROL_MARGIN = 1024 * 1024    # start-run: the run config overrides and FAB metadata beside the FAB
 MESSAGE_NODE = 80               # the Message's own node in the object tree (a 64-hex id + protobuf framing)
+MESSAGE_BYTES = 4096            # the Message object itself (metadata, one child id): counted, not built
+REPLY_OBJECT_MARGIN = 16        # a reply's metrics/config records beside its array records
+REPLY_BYTE_MARGIN = 1024 * 1024
 
 
 @dataclass(frozen=True)
@@ -47,6 +52,19 @@ class BodyLimits:
     tree_bytes: int
     records: int
     parameter_bytes: int
+    reply_objects: int = 0      # objects of the legitimate reply (0: model-independent defaults)
+    reply_bytes: int = 0        # their deflated bytes
+
+    def superlink(self) -> dict[str, str]:
+        """deploy/superlink.sh settings (the reply bounds of deploy/link_guard.py); the model-independent
+        defaults without a model."""
+        from deploy.link_guard import DEFAULT_MAX_REPLY_BYTES, DEFAULT_MAX_REPLY_OBJECTS
+
+        if not self.reply_objects:
+            return {"FLEET_MAX_REPLY_OBJECTS": str(DEFAULT_MAX_REPLY_OBJECTS),
+                    "FLEET_MAX_REPLY_BYTES": str(DEFAULT_MAX_REPLY_BYTES)}
+        return {"FLEET_MAX_REPLY_OBJECTS": str(2 * self.reply_objects + REPLY_OBJECT_MARGIN),
+                "FLEET_MAX_REPLY_BYTES": str(2 * self.reply_bytes + REPLY_BYTE_MARGIN)}
 
     def nginx(self) -> dict[str, str]:
         """deploy/proxy.sh settings (nginx sizes in KiB, rounded up)."""
@@ -75,6 +93,14 @@ def reply_objects(arrays: Mapping[str, np.ndarray], records: int,
                   config: Mapping[str, Any] | None = None) -> tuple[int, int]:
     """(largest deflated object, serialized object tree) of a reply carrying ``records`` ArrayRecords of
     ``arrays`` (+ ``config`` as a ConfigRecord), as flwr 1.42 itself deflates it."""
+    largest, tree, _, _ = reply_layout(arrays, records, config)
+    return largest, tree
+
+
+def reply_layout(arrays: Mapping[str, np.ndarray], records: int,
+                 config: Mapping[str, Any] | None = None) -> tuple[int, int, int, int]:
+    """(largest deflated object, serialized object tree, object count, deflated bytes of all objects) of such a
+    reply; the Message object above the RecordDict counts as one more object of ``MESSAGE_BYTES``."""
     from flwr.app import Array, ArrayRecord, ConfigRecord, RecordDict
     from flwr.supercore.inflatable.inflatable_object import get_all_nested_objects, get_object_tree
 
@@ -88,9 +114,9 @@ def reply_objects(arrays: Mapping[str, np.ndarray], records: int,
     # the RecordDict and everything under it (the Message object above it holds metadata and one child id;
     # building one needs a live run, so its tree node is counted as one more id)
     root = RecordDict(content)
-    largest = max(len(obj.deflate()) for obj in get_all_nested_objects(root).values())
+    sizes = [len(obj.deflate()) for obj in get_all_nested_objects(root).values()]
     tree = get_object_tree(root)
-    return largest, tree.ByteSize() + MESSAGE_NODE
+    return max(sizes), tree.ByteSize() + MESSAGE_NODE, len(sizes) + 1, sum(sizes) + MESSAGE_BYTES
 
 
 def limits_for(arrays: Mapping[str, np.ndarray] | None, records: int = 1,
@@ -103,13 +129,14 @@ def limits_for(arrays: Mapping[str, np.ndarray] | None, records: int = 1,
         from flwr.app import Array
         probe = Array(np.zeros(chunk_size(), dtype=np.uint8))   # one full chunk, deflated by flwr
         largest = max(len(c.deflate()) for _, c in probe.slice_array())
-        largest_obj, tree, params = largest, 0, 0
+        largest_obj, tree, params, count, total = largest, 0, 0, 0, 0
     else:
-        largest_obj, tree = reply_objects(arrays, records, config)
+        largest_obj, tree, count, total = reply_layout(arrays, records, config)
         params = sum(np.asarray(v).nbytes for v in arrays.values())
     return BodyLimits(push_object=push_object_request_bytes(largest_obj) + FRAMING_MARGIN,
                       fleet_other=2 * tree + SMALL_MARGIN, control=FAB_MAX_SIZE + CONTROL_MARGIN,
-                      largest_object=largest_obj, tree_bytes=tree, records=records, parameter_bytes=params)
+                      largest_object=largest_obj, tree_bytes=tree, records=records, parameter_bytes=params,
+                      reply_objects=count, reply_bytes=total)
 
 
 def limits_for_run_config(overrides: Mapping[str, Any]) -> BodyLimits:
@@ -136,6 +163,7 @@ def main(argv: list[str] | None = None) -> None:
     ns = parser.parse_args(argv)
     lim = limits_for_run_config(_parse_overrides(ns.run_config)) if ns.run_config else limits_for(None)
     print(" ".join(f"{k}={v}" for k, v in lim.nginx().items()))
+    print(" ".join(f"{k}={v}" for k, v in lim.superlink().items()) + "   # deploy/superlink.sh")
     print(f"# parameters {lim.parameter_bytes} B x {lim.records} record(s) per reply; largest object "
           f"{lim.largest_object} B; object tree {lim.tree_bytes} B")
 

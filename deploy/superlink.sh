@@ -16,6 +16,9 @@
 #                  (without it any process reaching the Runtime API could acquire ServerApp tasks);
 #                  required with TUNED=1 and TLS. Create with: head -c 32 /dev/urandom > superexec.secret
 #   LOG_FILE       also write the SuperLink log to this file (rotated daily)
+#   FLEET_MAX_REPLY_OBJECTS [65536]  FLEET_MAX_REPLY_BYTES [1073741824]  the most objects and object bytes one
+#                  reply may store (deploy/link_guard.py, through which the SuperLink always starts);
+#                  `python -m deploy.body_limits -c "<run config>"` prints the values derived for a model
 # Runtime dependency installation is always disabled: runs use this environment, never `uv sync`.
 set -euo pipefail
 here="$(cd "$(dirname "$0")" && pwd)"
@@ -73,4 +76,8 @@ if [ "${TUNED:-0}" = 1 ]; then
   "${PYTHON:-python}" "$here/tuned.py" --poll "${POLL:-0.5}" superexec "${exec_args[@]}" &
   args+=(--isolation process)
 fi
-exec flower-superlink "${args[@]}" "$@"
+for var in FLEET_MAX_REPLY_OBJECTS FLEET_MAX_REPLY_BYTES; do
+  case "${!var:-1}" in ''|*[!0-9]*|0) echo "superlink.sh: $var must be a positive integer, got '${!var}'" >&2; exit 2 ;; esac
+done
+guard=(--max-reply-objects "${FLEET_MAX_REPLY_OBJECTS:-65536}" --max-reply-bytes "${FLEET_MAX_REPLY_BYTES:-1073741824}")
+exec "$py" "$here/link_guard.py" "${guard[@]}" -- "${args[@]}" "$@"
