@@ -27,10 +27,11 @@ import socket
 import subprocess
 import sys
 import tempfile
+import threading
 import time
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, Mapping
+from typing import Any, Callable, Mapping
 
 from deploy.connection import toml_value, write_connection
 
@@ -160,6 +161,7 @@ class LocalFederation:
                                               # in production); False: Flower's in-memory state (the
                                               # SuperLink's default; measured ~half its CPU per request)
     proxy_settings: Mapping[str, str] | None = None  # extra deploy/proxy.sh settings (body limits, budgets)
+    superlink_settings: Mapping[str, str] | None = None  # extra deploy/superlink.sh settings (reply bounds)
     bind_clients: list[int] | None = None     # with node_auth: node i's key is bound to client id bind_clients[i]
                                               # at registration (deploy/register_node.py; NODE_BINDINGS)
     python: str = sys.executable
@@ -168,6 +170,9 @@ class LocalFederation:
     proxy_proc: Proc | None = field(default=None, init=False)
     tunnel: Proc | None = field(default=None, init=False)
     nodes: dict[int, Proc] = field(default_factory=dict, init=False)
+    restarts: list[tuple[int, int, float]] = field(default_factory=list, init=False)  # (node, exit code, time)
+    node_modes: dict[int, tuple[bool | None, dict[str, str]]] = field(default_factory=dict, init=False)
+    # ^ start_node's `tuned` and extra settings per node, for restarts
     port: int = field(default=0, init=False)
 
     def __post_init__(self) -> None:
@@ -183,10 +188,11 @@ class LocalFederation:
         self.logs = self.workdir / "logs"
         self.logs.mkdir(parents=True, exist_ok=True)
         self.secret: Path | None = None
-        ports = free_ports(5 + self.num_nodes)
-        self.port, self.runtime_ports = ports[0], ports[5:]
+        ports = free_ports(7 + self.num_nodes)
+        self.port, self.runtime_ports = ports[0], ports[7:]
         # proxy listeners (Fleet, Control, health) and the operator tunnel, used when proxy=True
         self.fleet_port, self.control_port, self.health_port, self.tunnel_port = ports[1:5]
+        self.fleet_status_port, self.control_status_port = ports[5:7]   # the proxy's stub_status (loopback)
         self.connection = OPERATOR if self.proxy else CONNECTION
         self.fleet_address = f"127.0.0.1:{self.fleet_port if self.proxy else self.port}"
         self.bindings = self.workdir / "bindings" / "node-bindings.json" if self.bind_clients is not None else None
@@ -202,10 +208,13 @@ class LocalFederation:
                    TUNED="1" if self.tuned else "0", POLL=str(self.poll))
         for key in ("CERTS_DIR", "NODE_AUTH", "CA_CERT", "AUTH_KEY", "DATABASE", "LOG_FILE", "SUPEREXEC_SECRET_FILE",
                     "SUPERLINK_HOST", "EXPOSE_ALL_APIS", "PROXY_HOST", "FLEET_PORT", "CONTROL_PORT", "HEALTH_PORT",
+                    "FLEET_STATUS_PORT", "CONTROL_STATUS_PORT",
                     "SUPERLINK_UPSTREAM", "PROXY_RUN_DIR", "MAX_BODY", "FLEET_OBJECT_MAX_BODY", "FLEET_MAX_BODY",
                     "CONTROL_MAX_BODY", "FLEET_CONNECTIONS", "FLEET_UPSTREAM_CONNS", "CONTROL_UPSTREAM_CONNS",
                     "FLEET_CONN_PER_IP", "FLEET_REQ_RATE", "FLEET_REQ_BURST", "CLIENT_HEADER_TIMEOUT",
-                    "CLIENT_BODY_TIMEOUT", "NODE_BINDINGS", "POLL_STAMP", "POLL_STALE"):
+                    "CLIENT_BODY_TIMEOUT", "NODE_BINDINGS", "POLL_STAMP", "POLL_STALE", "FLEET_MAX_REPLY_OBJECTS",
+                    "FLEET_OBJECT_BUFFERING", "FLEET_MAX_REPLY_BYTES", "ACTIVATION_PATIENCE",
+                    "HEARTBEAT_INTERVAL"):
             env.pop(key, None)
         return env
 
@@ -278,6 +287,7 @@ class LocalFederation:
             env["NODE_AUTH"] = "1"
         if self.bindings is not None:
             env["NODE_BINDINGS"] = str(self.bindings)
+        env.update(self.superlink_settings or {})
         self.superlink = self._spawn("superlink", "superlink.sh", env)
         wait_port(self.port, self.startup_timeout, self.superlink.popen, "the SuperLink")
 
@@ -286,6 +296,7 @@ class LocalFederation:
         env = self.env(self.workdir / "proxy-home")
         env.update(CERTS_DIR=str(self.certs), PROXY_HOST="127.0.0.1", FLEET_PORT=str(self.fleet_port),
                    CONTROL_PORT=str(self.control_port), HEALTH_PORT=str(self.health_port),
+                   FLEET_STATUS_PORT=str(self.fleet_status_port), CONTROL_STATUS_PORT=str(self.control_status_port),
                    SUPERLINK_UPSTREAM=f"127.0.0.1:{self.port}", PROXY_RUN_DIR=str(self.workdir / "proxy"))
         env.update(self.proxy_settings or {})
         if self.proxy_proc is not None and self.proxy_proc.alive():
@@ -322,9 +333,11 @@ class LocalFederation:
             raise FederationError(f"registering supernode-{i} failed:\n{res.stdout}\n{res.stderr}")
         return res.stdout
 
-    def start_node(self, i: int, tuned: bool | None = None) -> Proc:
+    def start_node(self, i: int, tuned: bool | None = None, **extra: str) -> Proc:
         """Start SuperNode ``i``; ``tuned`` overrides the federation's mode for this node (e.g. False for a
-        node that is only meant to be refused: a stock SuperNode does not preload torch in a SuperExec)."""
+        node that is only meant to be refused: a stock SuperNode does not preload torch in a SuperExec);
+        ``extra``: more supernode.sh settings (e.g. ACTIVATION_PATIENCE="0" for a node meant to be refused at
+        activation, which would otherwise retry for 75 s), kept for its restarts by :meth:`restart_policy`."""
         env = self.env(self.workdir / f"node-{i}")
         env.update(SUPERLINK=self.fleet_address, RUNTIME_PORT=str(self.runtime_ports[i]),
                    NODE_CONFIG=self.node_config(i))
@@ -336,9 +349,11 @@ class LocalFederation:
             env["SUPEREXEC_SECRET_FILE"] = str(self.secret)
         if self.node_auth:
             env["AUTH_KEY"] = str(self.certs / "keys" / f"supernode-{i}")
+        env.update(extra)
         if i in self.nodes and self.nodes[i].alive():
             raise FederationError(f"supernode-{i} is already running")
         self.nodes[i] = self._spawn(f"supernode-{i}", "supernode.sh", env)
+        self.node_modes[i] = (tuned, dict(extra))
         return self.nodes[i]
 
     def wait_connected(self, nodes: list[int] | None = None, timeout: float | None = None,
@@ -368,6 +383,32 @@ class LocalFederation:
             self.nodes[i].popen.wait(timeout=10)
         except subprocess.TimeoutExpired:
             self.nodes[i].signal_group(signal.SIGKILL)
+
+    def restart_policy(self, nodes: list[int], delay: float = 1.0) -> Callable[[], None]:
+        """Restart each of ``nodes`` whenever its SuperNode exits, as compose's ``restart: unless-stopped`` and a
+        Kubernetes pod do (a node whose Fleet connection gave up exits 75: deploy/node_guard.py). Each restart is
+        recorded in :attr:`restarts` and appended to the node's log. Returns the function that ends the policy."""
+        done = threading.Event()
+
+        def watch() -> None:
+            while not done.wait(0.2):
+                for i in nodes:
+                    proc = self.nodes.get(i)
+                    if proc is not None and not proc.alive() and not done.is_set():
+                        self.restarts.append((i, int(proc.popen.returncode), time.time()))
+                        done.wait(delay)
+                        if not done.is_set():
+                            tuned, extra = self.node_modes.get(i, (None, {}))
+                            self.start_node(i, tuned, **extra)   # as it was started
+
+        thread = threading.Thread(target=watch, name="restart-policy", daemon=True)
+        thread.start()
+
+        def end() -> None:
+            done.set()
+            thread.join(timeout=10)
+
+        return end
 
     def stop(self, grace: float = 10.0) -> None:
         """SIGTERM every process group at once, SIGKILL what is left after ``grace`` seconds."""

@@ -9,14 +9,23 @@
    handshake cut short by an overloaded or restarting proxy ends the node's polling for good while the
    process stays up. Here every ``httpx.TransportError`` is retried with that same back-off (logged once
    per outage); other errors keep flwr's decision (401 still stops the node, 502/503/504 are retried).
-2. **A poll stamp for the health check.** Each completed poll of the SuperLink writes ``idle <time>`` to the
+2. **A restarted node comes back within seconds, not after crash loops.** A SuperNode that died without
+   deactivating (killed, out of memory, or its connection gave up) stays "online" on the SuperLink until its
+   heartbeat window closes (flwr's ``HEARTBEAT_PATIENCE`` 2 x the interval it declared, 30 s in stock flwr:
+   60 s), and until then the SuperLink refuses to activate its key again (412, Flower's
+   ``FLEET_NODE_ACTIVATION_FAILED``). Stock flwr exits on that refusal, so a restart policy restarts it over and
+   over (Kubernetes with a growing CrashLoopBackOff) and the node misses the next rounds. Here the node declares
+   a ``HEARTBEAT_INTERVAL`` of 10 s (flwr's minimum; a heartbeat every ~4 s, so its window is 20 s), and a
+   refused activation is retried every <= 2 s for ``ACTIVATION_PATIENCE`` s (75: a stock node's 60 s window
+   plus 15; 0: exit at once, as stock flwr does), after which flwr's decision stands.
+3. **A poll stamp for the health check.** Each completed poll of the SuperLink writes ``idle <time>`` to the
    stamp file, a received message ``busy <time>`` (the ClientApp runs), and the polling loop ending for any
    reason (an error, or flwr's connection context swallowing one and returning) ``stopped <time> <why>``;
    in the second case the process then exits (code 75), so that restart policies restart it. ``deploy/healthcheck.py supernode`` reports a node unhealthy when its
    stamp says stopped or is older than ``POLL_STALE`` s while idle, so Kubernetes' liveness probe restarts
    it and compose shows it unhealthy. Stamp file: ``POLL_STAMP`` or ``$TMPDIR/flower-supernode-<uid>/supernode-<RUNTIME_PORT>.poll`` (a 0700 directory).
 
-Both patch named functions of the installed flwr after checking they exist; on a flwr without them the
+All three patch named functions of the installed flwr after checking they exist; on a flwr without them the
 node refuses to start (exit 2) rather than run unguarded. The per-poll stamp wraps flwr's private pull
 function through ``flcore.internals.wrap_pull`` (the one module touching Flower's private members); without
 it (``NONIID_FL_PUBLIC_ONLY=1`` or a flwr that lacks it) a thread stamps ``idle`` every 5 s while the polling
@@ -110,11 +119,61 @@ def read_stamp(path: Path) -> tuple[str, float, str]:
     return state, float(when), rest[0].strip() if rest else ""
 
 
-def retry_transport_errors(giveup: Callable[[Exception], bool] | None) -> Callable[[Exception], bool]:
-    """A ``should_giveup`` that never gives up on ``httpx.TransportError`` and defers to ``giveup`` otherwise."""
+DEFAULT_ACTIVATION_PATIENCE = 75.0   # flwr's HEARTBEAT_PATIENCE (2) x HEARTBEAT_DEFAULT_INTERVAL (30 s) + 15 s
+DEFAULT_HEARTBEAT_INTERVAL = 10.0    # flwr's HEARTBEAT_MIN_INTERVAL: the SuperLink refuses shorter
+ACTIVATION_RETRY_DELAY = 2           # the longest wait between two activation attempts
+HEARTBEAT_MODULES = ("flwr.supernode.fleet_http_connection", "flwr.supercore.heartbeat")
+
+
+def is_activation_refused(exc: Exception) -> bool:
+    """Whether ``exc`` is the SuperLink refusing to activate this node's key: HTTP 412 carrying Flower's error
+    ``FLEET_NODE_ACTIVATION_FAILED`` (``flwr.supercore.error``, public): the key's previous session is still
+    online, or another process holds it."""
+    import httpx
+    from flwr.supercore.error import ApiErrorCode, FlowerError
+
+    if not isinstance(exc, httpx.HTTPStatusError) or exc.response.status_code != 412:
+        return False
+    error = FlowerError.from_json(exc.response.text)
+    return error is not None and error.code == ApiErrorCode.FLEET_NODE_ACTIVATION_FAILED
+
+
+def _seconds(environ: dict[str, str] | os._Environ, name: str, default: float, low: float, high: float,
+             bounds: str) -> float:
+    """The environment variable ``name`` as seconds in [low, high] (``default`` when unset or empty); ValueError
+    naming the variable otherwise."""
+    raw = environ.get(name, "")
+    if raw == "":
+        return default
+    try:
+        value = float(raw)
+    except ValueError:
+        value = float("nan")
+    if not low <= value <= high:
+        raise ValueError(f"{name} must be a number of seconds {bounds}, got {raw!r}")
+    return value
+
+
+def activation_patience(environ: dict[str, str] | os._Environ = os.environ) -> float:
+    """``ACTIVATION_PATIENCE`` in seconds (default 75, 0 = flwr's own: exit on the first refusal)."""
+    return _seconds(environ, "ACTIVATION_PATIENCE", DEFAULT_ACTIVATION_PATIENCE, 0.0, 86400.0, "in 0..86400")
+
+
+def heartbeat_interval(environ: dict[str, str] | os._Environ = os.environ) -> float:
+    """``HEARTBEAT_INTERVAL`` in seconds (default 10), within flwr's accepted 10..1800."""
+    return _seconds(environ, "HEARTBEAT_INTERVAL", DEFAULT_HEARTBEAT_INTERVAL, 10.0, 1800.0,
+                    "in 10..1800 (flwr's bounds)")
+
+
+def retry_transport_errors(giveup: Callable[[Exception], bool] | None, patience: float = 0.0,
+                           clock: Callable[[], float] = time.monotonic) -> Callable[[Exception], bool]:
+    """A ``should_giveup`` that never gives up on ``httpx.TransportError``, retries a refused activation
+    (:func:`is_activation_refused`) until ``patience`` s after the first refusal, and defers to ``giveup``
+    otherwise."""
     import httpx
 
     warned = {"outage": False}
+    first_refusal: list[float] = []
 
     def should_giveup(exc: Exception) -> bool:
         if isinstance(exc, httpx.TransportError):
@@ -123,17 +182,39 @@ def retry_transport_errors(giveup: Callable[[Exception], bool] | None) -> Callab
                 warned["outage"] = True
             return False
         warned["outage"] = False
+        if patience > 0 and is_activation_refused(exc):
+            if not first_refusal:
+                first_refusal.append(clock())
+                log.warning("node_guard: the SuperLink refused to activate this node's key (its previous session "
+                            "is still online until its heartbeat window closes, or another process holds the "
+                            "key); retrying for up to %g s", patience)
+            if clock() - first_refusal[0] < patience:
+                return False
+            log.error("node_guard: activation still refused after %g s (ACTIVATION_PATIENCE): another process "
+                      "holds this key", patience)
         return bool(giveup(exc)) if giveup is not None else False
 
     return should_giveup
 
 
-def install(stamp: Path) -> None:
-    """Patch the installed flwr (both guards); raises RuntimeError naming what is missing."""
+def install(stamp: Path, patience: float = DEFAULT_ACTIVATION_PATIENCE,
+            interval: float = DEFAULT_HEARTBEAT_INTERVAL) -> None:
+    """Patch the installed flwr (the three guards); raises RuntimeError naming what is missing."""
     import importlib
 
-    conn = importlib.import_module(CONNECTION_MODULE)
-    loop = importlib.import_module(LOOP_MODULE)
+    from flwr.supercore.retry import exponential
+
+    beat_modules: list[Any] = [importlib.import_module(name) for name in HEARTBEAT_MODULES]
+    missing_beat = [m.__name__ for m in beat_modules
+                    if not isinstance(getattr(m, "HEARTBEAT_DEFAULT_INTERVAL", None), (int, float))]
+    if missing_beat:
+        raise RuntimeError(f"this flwr has no HEARTBEAT_DEFAULT_INTERVAL in {', '.join(missing_beat)}: the node's "
+                           "heartbeat interval cannot be set")
+    for module in beat_modules:     # what the node declares at activation and in each heartbeat, and its cadence
+        module.HEARTBEAT_DEFAULT_INTERVAL = interval
+
+    conn: Any = importlib.import_module(CONNECTION_MODULE)
+    loop: Any = importlib.import_module(LOOP_MODULE)
     missing = [f"{m.__name__}.{name}" for m, name in ((conn, "make_simple_http_retry_invoker"),
                                                       (loop, "start_client_internal"))
                if not callable(getattr(m, name, None))]
@@ -143,7 +224,22 @@ def install(stamp: Path) -> None:
 
     def guarded_invoker() -> Any:
         invoker = make_invoker()
-        invoker.should_giveup = retry_transport_errors(invoker.should_giveup)
+        invoker.should_giveup = retry_transport_errors(invoker.should_giveup, patience)
+        invoke = invoker.invoke
+
+        def invoke_activation_promptly(target: Any, *args: Any, **kwargs: Any) -> Any:
+            # the activation retries a refusal every <= ACTIVATION_RETRY_DELAY s: the node is back as soon as its
+            # old session's window closes (every other request keeps flwr's back-off, up to 20 s)
+            if getattr(target, "__name__", "") != "ActivateNode":
+                return invoke(target, *args, **kwargs)
+            backoff = invoker.wait_gen_factory
+            invoker.wait_gen_factory = lambda: exponential(max_delay=ACTIVATION_RETRY_DELAY)
+            try:
+                return invoke(target, *args, **kwargs)
+            finally:
+                invoker.wait_gen_factory = backoff
+
+        invoker.invoke = invoke_activation_promptly
         return invoker
 
     conn.make_simple_http_retry_invoker = guarded_invoker
@@ -181,7 +277,7 @@ def install(stamp: Path) -> None:
 
     loop.start_client_internal = stamped_start
     # flower-supernode imported start_client_internal by name before we patched the module
-    cli = importlib.import_module("flwr.supernode.cli.flower_supernode")
+    cli: Any = importlib.import_module("flwr.supernode.cli.flower_supernode")
     if getattr(cli, "start_client_internal", None) is start:
         cli.start_client_internal = stamped_start
     write_stamp(stamp, "idle", "starting")
@@ -237,7 +333,7 @@ def main(argv: list[str] | None = None) -> None:
     stamp = stamp_path()
     try:
         stamp_dir(stamp)
-        install(stamp)
+        install(stamp, activation_patience(), heartbeat_interval())
     except (RuntimeError, ImportError, ValueError, OSError) as exc:
         print(f"node_guard: {exc}", file=sys.stderr)
         sys.exit(2)

@@ -19,6 +19,11 @@
 #                  [$TMPDIR/flower-supernode-$UID/supernode-$RUNTIME_PORT.poll: a 0700 directory of this
 #                  user's, refused if another user made it]; POLL_STALE (health check) [120]; BUSY_STALE:
 #                  one message processed longer than this is unhealthy [900]
+#   ACTIVATION_PATIENCE  seconds to keep retrying when the SuperLink refuses to activate this node's key
+#                  because its previous session (a killed or cut-off node) is still online [75: flwr's 60 s
+#                  heartbeat window + 15; 0: exit at once] (deploy/node_guard.py)
+#   HEARTBEAT_INTERVAL  the heartbeat interval the node declares, 10..1800 s [10: flwr's minimum; the
+#                  SuperLink then notices a dead node within 20 s and lets its restart in as soon]
 # The ClientApp runs in this environment: runtime dependency installation stays off (flwr default).
 # umask 077: every file the node writes (its FLWR_HOME copies, client state, stamps) is private to its user.
 set -euo pipefail

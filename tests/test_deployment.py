@@ -321,7 +321,7 @@ def node_local_fed(tmp_path_factory: pytest.TempPathFactory):
                           node_configs=node_cfg, app_dir=snapshot_app(tmp / "app"), database=False)
     try:
         fed.start()
-        fed.start_node(UNREGISTERED, tuned=False)
+        fed.start_node(UNREGISTERED, tuned=False, ACTIVATION_PATIENCE="0")   # exits at its refusal
         fed.wait_connected(GOOD)
         yield fed, tmp
     finally:
