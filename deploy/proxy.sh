@@ -33,6 +33,7 @@
 set -euo pipefail
 here="$(cd "$(dirname "$0")" && pwd)"
 nginx_bin="${NGINX:-nginx}"
+unset NGINX   # nginx itself reads $NGINX as sockets inherited from a binary upgrade ("[emerg] invalid socket number")
 if ! command -v "$nginx_bin" >/dev/null; then
   echo "proxy.sh: '$nginx_bin' not found; install nginx (Debian/Ubuntu: apt-get install -y nginx-light)" >&2
   exit 2
