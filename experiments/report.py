@@ -200,14 +200,25 @@ def section_mark(name: str) -> list[str]:
 
 def _grid_line(doc: dict[str, Any]) -> str:
     """The lr grid as tuned: the final grid, and how it grew from the configured one (older tuning files
-    predate the growth rule and say so)."""
+    predate the growth rule and say so). Runs tuned by separate ``--only`` invocations record their own grid
+    (``runs.<label>.lr-grid``): one clause per distinct grid, naming its runs."""
     final, initial = doc.get("lr-grid"), doc.get("lr-grid-initial")
     if initial is None:
         return f"lr grid {final} (fixed: tuned before the edge-growth rule)"
-    grown = doc.get("lr-grid-extended", {})
-    how = (f"grown from {initial} by {grown.get('low', 0)} value(s) below and {grown.get('high', 0)} above, at most "
-           f"{doc.get('max-extend')} per side" if final != initial else "as configured (no choice on an edge)")
-    return f"final lr grid {final} ({how})"
+
+    def how(grid: list[float], grown: dict[str, int]) -> str:
+        return (f"grown from {initial} by {grown.get('low', 0)} value(s) below and {grown.get('high', 0)} above, at "
+                f"most {doc.get('max-extend')} per side" if grid != initial else "as configured (no choice on an edge)")
+
+    runs = doc.get("runs", {})
+    if not any("lr-grid" in entry for entry in runs.values()):
+        return f"final lr grid {final} ({how(final, doc.get('lr-grid-extended', {}))})"
+    groups: dict[str, tuple[list[float], dict[str, int], list[str]]] = {}
+    for label, entry in runs.items():
+        grid, grown = entry.get("lr-grid", final), entry.get("lr-grid-extended", doc.get("lr-grid-extended", {}))
+        groups.setdefault(json.dumps([grid, grown], sort_keys=True), (grid, grown, []))[2].append(label)
+    return "; ".join(f"final lr grid {grid} for {', '.join(labels)} ({how(grid, grown)})"
+                     for grid, grown, labels in groups.values())
 
 
 def tuning_table(exp_dir: Path) -> str:

@@ -229,6 +229,8 @@ def main(argv: list[str] | None = None) -> int:
             "chosen": values, "val_score": best, "budget": len(scored[label]),
             "effective-budget": effective_budget(scored[label], inert), "inert-knobs": inert,
             "makeup-lr": sorted({t["lr"] for t in makeup[label]}), "on-edge": on_edge(grid, values["lr"]),
+            # the lr grid this run was tuned on: runs tuned by separate `--only` invocations grow their own
+            "lr-grid": list(grid), "lr-grid-extended": dict(extended),
             "knob-grids": {k: list(v) for k, v in grids.items()},
             "knob-grids-initial": {k: list(v) for k, v in initial_knobs[label].items()},
             "knob-on-edge": [k for k, v in grids.items() if growable(v) and values[k] in knob_edges(v)

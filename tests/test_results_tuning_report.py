@@ -77,3 +77,19 @@ def test_the_committed_ledger_is_generated_from_the_result_files():
 
     text = report.DOC.read_text()
     assert ledger_for(report.RESULTS_ROOT, CLAIMS) in text, "run: python -m experiments.report --ledger-only"
+
+
+def test_runs_tuned_by_separate_invocations_name_their_own_grids(tmp_path):
+    """`experiments.tune --only` per column grows each column's grid on its own: the report names each."""
+    def run(lr, grid, grown):
+        return {"chosen": {"lr": lr}, "val_score": 0.5, "budget": 1, "lr-grid": grid, "lr-grid-extended": grown,
+                "trials": [{"values": {"lr": lr}, "val_score": 0.5}]}
+    text = _tuning(tmp_path, {
+        "metric": "m", "seed": 100, "validation-fraction": 0.2, "lr-grid": [0.001, 0.003, 0.01],
+        "lr-grid-initial": [0.003, 0.01], "lr-grid-extended": {"low": 1, "high": 0}, "max-extend": 2,
+        "runs": {"a-e1": run(0.03, [0.003, 0.01, 0.03], {"low": 0, "high": 1}),
+                 "b-e1": run(0.01, [0.003, 0.01, 0.03], {"low": 0, "high": 1}),
+                 "a-e5": run(0.001, [0.001, 0.003, 0.01], {"low": 1, "high": 0})}})
+    assert ("final lr grid [0.003, 0.01, 0.03] for a-e1, b-e1 (grown from [0.003, 0.01] by 0 value(s) below and 1 "
+            "above, at most 2 per side); final lr grid [0.001, 0.003, 0.01] for a-e5 (grown from [0.003, 0.01] by 1 "
+            "value(s) below and 0 above, at most 2 per side)") in text
