@@ -19,9 +19,10 @@ module:
   of object content in total. The object that would cross the limit is refused with 413, and so is every later
   object of that session. At the first refusal the reply is removed, through the LinkState's and ObjectStore's
   public methods: ``delete_messages`` (the instruction and this reply) and ``object_store.delete`` (the reply's
-  stored objects, reference-counted). The ServerApp then sees no reply, a timeout. Left alone, Flower would hand
-  it the incomplete reply, and its pull would wait for the missing objects until the push session expired:
-  ``OBJECT_PUSH_SESSION_TTL_SECONDS``, 180 s after the last stored object. A ``push-object`` without a session id
+  stored objects, reference-counted). The ServerApp, which may already be pulling the reply, is then told its
+  objects are unavailable and records a failure for that node at once (tests/test_hostile_fleet.py). Left alone,
+  Flower would hand it the incomplete reply, and its pull would wait for the missing objects until the push
+  session expired: ``OBJECT_PUSH_SESSION_TTL_SECONDS``, 180 s after the last stored object. A ``push-object`` without a session id
   is refused too: Flower's legacy path would look the session up by object id, and its bytes could not be
   charged to a reply. flwr 1.42 SuperNodes always send one.
 
@@ -75,6 +76,7 @@ class ReplyBudget:
     used: dict[str, int] = field(default_factory=dict)
     replies: dict[str, tuple[str, str]] = field(default_factory=dict)   # session -> (instruction id, reply id)
     refused: set[str] = field(default_factory=set)
+    removed: set[str] = field(default_factory=set)     # refused sessions whose reply was handed out for removal
     seen: dict[str, float] = field(default_factory=dict)
     _lock: threading.Lock = field(default_factory=threading.Lock, repr=False)
 
@@ -101,6 +103,15 @@ class ReplyBudget:
         with self._lock:
             return self.replies.get(session_id, ("", ""))
 
+    def take_removal(self, session_id: str) -> tuple[str, str] | None:
+        """The (instruction id, reply id) to remove once a session was refused: returned to one caller only,
+        however many of that session's objects arrive at once; None otherwise."""
+        with self._lock:
+            if session_id not in self.refused or session_id in self.removed:
+                return None
+            self.removed.add(session_id)
+            return self.replies.get(session_id, ("", ""))
+
     def charge(self, session_id: str, nbytes: int) -> str | None:
         if not session_id:
             return "push-object refused: no session id (each reply's objects are charged to its push session)"
@@ -125,6 +136,7 @@ class ReplyBudget:
             self.used.pop(sid, None)
             self.replies.pop(sid, None)
             self.refused.discard(sid)
+            self.removed.discard(sid)
 
 
 def remove_reply(state: Any, instruction_id: str, reply_id: str) -> None:
@@ -163,11 +175,11 @@ def install(budget: ReplyBudget) -> Callable[[], None]:
         return response
 
     def guarded_push_object(request: Any, state: Any) -> Any:
-        first = request.session_id not in budget.refused
         reason = budget.charge(request.session_id, len(request.object_content))
         if reason:
-            if first:
-                remove_reply(state, *budget.reply_of(request.session_id))
+            ids = budget.take_removal(request.session_id)
+            if ids is not None:
+                remove_reply(state, *ids)
             raise HTTPException(status_code=413, detail=reason)
         return push_object(request=request, state=state)
 

@@ -1055,7 +1055,6 @@ def test_a_reply_assembled_from_legal_bodies_is_bounded_and_removed_and_the_othe
     assert len(bloat) == 1 and bloat[0]["phase"] == "register", row["failures"]    # the attacker's reply
     others = {f["kind"] for f in row["failures"] if f not in bloat}
     assert others <= {"identity-mismatch"}, row["failures"]     # node 3 of the identity test, if it ran before
-    assert row["wall_time_s"] < 120, row["wall_time_s"]    # a hang guard: not the push session's 180 s expiry
     assert rep["large_tree_objects"] > bounds["FLEET_MAX_REPLY_OBJECTS"] and rep["large_tree_status"] == 413, rep
     assert "FLEET_MAX_REPLY_OBJECTS" in rep["large_tree_detail"], rep    # the SuperLink's refusal, not nginx's
     assert rep["small_tree_objects"] <= bounds["FLEET_MAX_REPLY_OBJECTS"] < rep["large_tree_objects"]

@@ -49,13 +49,15 @@ def test_the_budget_refuses_large_trees_and_bytes_past_the_limit_then_the_whole_
     assert reason and "101 bytes" in reason and "FLEET_MAX_REPLY_BYTES" in reason
     assert "already exceeded" in (b.charge("s1", 1) or "")                  # every later object of the session
     assert b.reply_of("s1") == ("ins-1", "rep-1")
+    assert b.take_removal("s1") == ("ins-1", "rep-1") and b.take_removal("s1") is None   # handed out once
     b.open("s2")
     assert b.charge("s2", 100) is None                                     # budgets are per session
+    assert b.take_removal("s2") is None                                    # not refused: nothing to remove
     assert "no session id" in (b.charge("", 1) or "")
     assert b.charge("unknown", 10**9) is None                              # not ours: Flower refuses it itself
     now[0] = 61.0
     b.open("s3")                                                           # opening forgets sessions idle > 60 s
-    assert set(b.used) == {"s3"} and not b.refused and set(b.replies) == {"s3"}
+    assert set(b.used) == {"s3"} and not b.refused and not b.removed and set(b.replies) == {"s3"}
     with pytest.raises(ValueError, match="must be positive"):
         ReplyBudget(max_objects=0)
 
