@@ -17,15 +17,23 @@
 #   SUPERLINK_UPSTREAM  the SuperLink (TLS, on loopback: deploy/superlink.sh) [127.0.0.1:9091]
 #   FLEET_OBJECT_MAX_BODY  largest push-object body [5137k: a full 5 MiB array chunk, any model]
 #   FLEET_MAX_BODY         largest body of every other Fleet route [64k]
-#   FLEET_OBJECT_BUFFERING [0]  1: read push-object bodies whole, in memory, before they go upstream (a slow
-#                  uploader then holds no upstream slot; costs up to FLEET_CONNECTIONS x FLEET_OBJECT_MAX_BODY of
-#                  memory: use it with limits derived for a model); 0: stream them to the SuperLink
+#   FLEET_OBJECT_BUFFERING [file]  how push-object bodies reach the SuperLink: file (read whole first, past
+#                  16k into a temporary file under PROXY_RUN_DIR: a slow uploader holds no upstream slot, and each
+#                  connection costs up to FLEET_OBJECT_MAX_BODY of disk, tmpfs in the images), memory (read whole
+#                  into a buffer of FLEET_OBJECT_MAX_BODY: up to FLEET_CONNECTIONS x FLEET_OBJECT_MAX_BODY of
+#                  memory, for limits derived for a model), stream (sent on as they arrive: no copy, but each
+#                  slow upload holds one of the FLEET_UPSTREAM_CONNS slots the nodes need)
+#   PROXY_WORKER_USER [nobody]  run as root, nginx's workers drop to this user (and its primary group), and
+#                  the bodies they buffer go to a directory of theirs (0700) in TMPDIR, removed when the proxy stops
 #   CONTROL_MAX_BODY       largest Control body (start-run carries the app, <= 10 MiB) [11264k]
 #                  `python -m deploy.body_limits -c "<run config>"` prints all three for a model
 #   FLEET_CONNECTIONS      connections of the Fleet instance [4096]
 #   FLEET_UPSTREAM_CONNS   Fleet requests in flight to the SuperLink [24]; CONTROL_UPSTREAM_CONNS [8]
 #                  (with health's 2 below the SuperLink's 40 request threads, so Control keeps some)
 #   FLEET_CONN_PER_IP [64]  FLEET_REQ_RATE [20] r/s  FLEET_REQ_BURST [400]   per client address
+#   FLEET_OBJECT_CONN_PER_IP [8]  FLEET_OBJECT_CONNS [32]  push-object requests in flight per client address
+#                  (a SuperNode pushes 2 at once) and in all; beyond: 503, retried by the SuperNodes. The bodies
+#                  being read whole take at most FLEET_OBJECT_CONNS x FLEET_OBJECT_MAX_BODY of file (or memory)
 #   CLIENT_HEADER_TIMEOUT  TLS handshake + request header [5s]; CLIENT_BODY_TIMEOUT between body reads [10s]
 #   PROXY_RUN_DIR  where the rendered configs, pids and temp files go [a new directory under TMPDIR]
 #   NGINX          the nginx binary [nginx]
@@ -70,12 +78,15 @@ case "$upstream" in *[!A-Za-z0-9.:_\[\]-]*|'') echo "proxy.sh: bad SUPERLINK_UPS
 fleet_conns="$(number FLEET_CONNECTIONS 4096)"
 object_body="$(size FLEET_OBJECT_MAX_BODY 5137k)"; fleet_body="$(size FLEET_MAX_BODY 64k)"
 control_body="$(size CONTROL_MAX_BODY 11264k)"
-case "${FLEET_OBJECT_BUFFERING:-0}" in
-  0) object_buffer=16k; object_request_buffering=off ;;
-  1) object_buffer="$object_body"; object_request_buffering=on ;;
-  *) echo "proxy.sh: FLEET_OBJECT_BUFFERING must be 0 or 1, got '${FLEET_OBJECT_BUFFERING}'" >&2; exit 2 ;;
+case "${FLEET_OBJECT_BUFFERING:-file}" in
+  file) object_buffer=16k; object_request_buffering=on ;;
+  memory) object_buffer="$object_body"; object_request_buffering=on ;;
+  stream) object_buffer=16k; object_request_buffering=off ;;
+  *) echo "proxy.sh: FLEET_OBJECT_BUFFERING must be file, memory or stream, got '${FLEET_OBJECT_BUFFERING}'" >&2
+     exit 2 ;;
 esac
 fleet_upstream="$(number FLEET_UPSTREAM_CONNS 24)"; control_upstream="$(number CONTROL_UPSTREAM_CONNS 8)"
+object_per_ip="$(number FLEET_OBJECT_CONN_PER_IP 8)"; object_conns="$(number FLEET_OBJECT_CONNS 32)"
 per_ip="$(number FLEET_CONN_PER_IP 64)"; rate="$(number FLEET_REQ_RATE 20)"; burst="$(number FLEET_REQ_BURST 400)"
 header_timeout="$(seconds CLIENT_HEADER_TIMEOUT 5s)"; body_timeout="$(seconds CLIENT_BODY_TIMEOUT 10s)"
 subst=(
@@ -87,31 +98,55 @@ subst=(
   -e "s|@CONTROL_MAX_BODY@|$control_body|g"
   -e "s|@FLEET_CONNECTIONS@|$fleet_conns|g" -e "s|@FLEET_NOFILE@|$((2 * fleet_conns + 64))|g"
   -e "s|@FLEET_UPSTREAM_CONNS@|$fleet_upstream|g" -e "s|@CONTROL_UPSTREAM_CONNS@|$control_upstream|g"
+  -e "s|@FLEET_OBJECT_CONN_PER_IP@|$object_per_ip|g" -e "s|@FLEET_OBJECT_CONNS@|$object_conns|g"
   -e "s|@FLEET_CONN_PER_IP@|$per_ip|g" -e "s|@FLEET_REQ_RATE@|$rate|g" -e "s|@FLEET_REQ_BURST@|$burst|g"
   -e "s|@CLIENT_HEADER_TIMEOUT@|$header_timeout|g" -e "s|@CLIENT_BODY_TIMEOUT@|$body_timeout|g"
 )
+umask 077   # rendered configs, pids, logs and body files: the proxy's own
 run_dir="${PROXY_RUN_DIR:-$(mktemp -d "${TMPDIR:-/tmp}/flower-proxy.XXXXXX")}"
 mkdir -p "$run_dir"
 run_dir="$(cd "$run_dir" && pwd)"
+user_directive="# workers run as the proxy's own user (not root)"
+body_dir="$run_dir/fleet-client_body"; own_body_dir=0
+if [ "$(id -u)" = 0 ]; then
+  # nginx started as root runs its workers as an unprivileged user, and they write the push-object bodies
+  # they buffer (FLEET_OBJECT_BUFFERING=file) into a directory of their own, 0700, in TMPDIR (the run
+  # directory, and the directories above it, may not be searchable by them)
+  worker_user="${PROXY_WORKER_USER:-nobody}"
+  worker_group="$(id -gn "$worker_user" 2>/dev/null)" || {
+    echo "proxy.sh: PROXY_WORKER_USER '$worker_user' is not a user of this host" >&2; exit 2; }
+  [ "$worker_user" != root ] || { echo "proxy.sh: PROXY_WORKER_USER must not be root" >&2; exit 2; }
+  user_directive="user $worker_user $worker_group;"
+  body_dir="$(mktemp -d "${TMPDIR:-/tmp}/flower-proxy-body.XXXXXX")"; own_body_dir=1
+  chown "$worker_user:$worker_group" "$body_dir"
+  if command -v runuser >/dev/null && ! runuser -u "$worker_user" -- test -w "$body_dir"; then
+    echo "proxy.sh: nginx's workers (user '$worker_user') cannot write $body_dir: a directory above it is" \
+         "not searchable by them; set TMPDIR to one that is (e.g. /tmp)" >&2
+    rm -rf "$body_dir"; exit 2
+  fi
+fi
+remove_body_dir() { [ "$own_body_dir" = 0 ] || rm -rf "$body_dir"; }
+subst+=(-e "s|@USER_DIRECTIVE@|$user_directive|g" -e "s|@BODY_DIR@|$body_dir|g")
 instances=(fleet control health)
 for name in "${instances[@]}"; do
   conf="$run_dir/$name.conf"
   sed "${subst[@]}" -e "s|@RUN_DIR@|$run_dir|g" "$here/proxy/$name.conf.template" > "$conf"
   if grep -q '@[A-Z_]*@' "$conf"; then
-    echo "proxy.sh: unrendered placeholder in $conf" >&2; exit 2
+    echo "proxy.sh: unrendered placeholder in $conf" >&2; remove_body_dir; exit 2
   fi
 done
 if [ "${PROXY_CHECK:-0}" = 1 ]; then
   for name in "${instances[@]}"; do
-    "$nginx_bin" -e stderr -p "$run_dir" -c "$run_dir/$name.conf" -t
+    "$nginx_bin" -e stderr -p "$run_dir" -c "$run_dir/$name.conf" -t || { remove_body_dir; exit 1; }
   done
+  remove_body_dir
   exit 0
 fi
 echo "proxy.sh: Fleet API on $host:$fleet_port, Control API (operator certificate) on $host:$control_port," \
      "health on 127.0.0.1:$health_port -> $upstream; configs in $run_dir" >&2
 pids=()
 stop_all() { kill -TERM "${pids[@]}" 2>/dev/null || true; }
-trap 'stop_all; wait; exit 143' TERM INT
+trap 'stop_all; wait; remove_body_dir; exit 143' TERM INT
 for name in "${instances[@]}"; do
   "$nginx_bin" -e stderr -p "$run_dir" -c "$run_dir/$name.conf" -g "daemon off;" &
   pids+=($!)
@@ -121,4 +156,5 @@ wait -n "${pids[@]}" || status=$?
 echo "proxy.sh: an nginx instance exited (status $status); stopping the others" >&2
 stop_all
 wait || true
+remove_body_dir
 exit $(( status == 0 ? 1 : status ))

@@ -13,9 +13,11 @@ a missing tool fails the test with the install command.
 
 from __future__ import annotations
 
+import grp
 import http.client
 import json
 import os
+import pwd
 import re
 import shutil
 import ssl
@@ -366,16 +368,26 @@ def test_rendered_proxy_config_passes_nginx_and_routes_only_fleet_and_control(tm
     # body limits per route: push-object as configured, other Fleet routes 64k, Control 11264k
     push = confs["fleet"][confs["fleet"].index("location = /v1/fleet/push-object"):]
     assert "client_max_body_size 173k;" in push.split("}")[1]
-    assert "proxy_request_buffering off;" in push.split("}")[1]          # streamed unless FLEET_OBJECT_BUFFERING=1
-    buffered_dir = tmp_path / "proxy-buffered"
-    r = script("proxy.sh", {"CERTS_DIR": str(certs), "PROXY_CHECK": "1", "PROXY_RUN_DIR": str(buffered_dir),
-                            "FLEET_OBJECT_MAX_BODY": "173k", "FLEET_OBJECT_BUFFERING": "1"})
-    assert r.returncode == 0, r.stderr
-    buffered = (buffered_dir / "fleet.conf").read_text()
-    block = buffered[buffered.index("location = /v1/fleet/push-object"):].split("}")[1]
-    assert "proxy_request_buffering on;" in block and "client_body_buffer_size 173k;" in block   # memory, no file
-    bad = script("proxy.sh", {"CERTS_DIR": str(certs), "PROXY_CHECK": "1", "FLEET_OBJECT_BUFFERING": "yes"})
-    assert bad.returncode == 2 and "FLEET_OBJECT_BUFFERING must be 0 or 1" in bad.stderr
+    # read whole before it goes upstream by default: 16k in memory, the rest in a file under the run directory
+    assert "proxy_request_buffering on;" in push.split("}")[1] and "client_body_buffer_size 16k;" in push
+    if os.geteuid() == 0:   # workers drop to nobody and buffer into a directory of theirs, removed after the check
+        user = f"user nobody {grp.getgrgid(pwd.getpwnam('nobody').pw_gid).gr_name};"
+        assert all(user in c.splitlines() for c in confs.values())
+        body_dir = re.search(r"client_body_temp_path (/\S+/flower-proxy-body\.\w+);", confs["fleet"]).group(1)
+        assert not Path(body_dir).exists()
+    else:
+        assert f"client_body_temp_path {run_dir.resolve()}/fleet-client_body;" in confs["fleet"]
+        assert not any(line.startswith("user ") for c in confs.values() for line in c.splitlines())
+    for mode, buffering, buffer in (("memory", "on", "173k"), ("stream", "off", "16k")):
+        mode_dir = tmp_path / f"proxy-{mode}"
+        r = script("proxy.sh", {"CERTS_DIR": str(certs), "PROXY_CHECK": "1", "PROXY_RUN_DIR": str(mode_dir),
+                                "FLEET_OBJECT_MAX_BODY": "173k", "FLEET_OBJECT_BUFFERING": mode})
+        assert r.returncode == 0, r.stderr
+        rendered = (mode_dir / "fleet.conf").read_text()
+        block = rendered[rendered.index("location = /v1/fleet/push-object"):].split("}")[1]
+        assert f"proxy_request_buffering {buffering};" in block and f"client_body_buffer_size {buffer};" in block
+    bad = script("proxy.sh", {"CERTS_DIR": str(certs), "PROXY_CHECK": "1", "FLEET_OBJECT_BUFFERING": "1"})
+    assert bad.returncode == 2 and "FLEET_OBJECT_BUFFERING must be file, memory or stream, got '1'" in bad.stderr
     assert re.findall(r"^    client_max_body_size (\S+);", confs["fleet"], re.M) == ["64k"]
     assert "client_max_body_size 11264k;" in confs["control"]
     for name in ("fleet", "control"):
@@ -458,7 +470,8 @@ def test_compose_publishes_only_the_proxy_and_hardens_every_service() -> None:
     assert proxy["build"]["target"] == "proxy" and link["build"]["target"] == "superlink"
     assert "./certs/operator-ca.crt:/certs/operator-ca.crt:ro" in proxy["volumes"]
     for name, svc in services.items():
-        assert svc["read_only"] is True and svc["tmpfs"] == ["/tmp"], name
+        # the proxy's /tmp holds the push-object bodies it reads whole: sized above their bound (proxy.sh)
+        assert svc["read_only"] is True and svc["tmpfs"] == (["/tmp:size=192m"] if name == "proxy" else ["/tmp"]), name
         assert svc["cap_drop"] == ["ALL"] and "no-new-privileges:true" in svc["security_opt"], name
         res = svc["deploy"]["resources"]
         assert res["limits"]["memory"] and res["limits"]["cpus"] and res["reservations"]["memory"], name

@@ -799,15 +799,16 @@ def test_slow_clients_do_not_starve_control_health_or_the_nodes(fleet) -> None:
 
 class _SlowUploads:
     """``n`` attacker threads, spread over ``sources``, each holding one TLS connection to the Fleet port with
-    a complete `pull-messages` header declaring ``declared`` body bytes and then one body byte every ``gap``
-    seconds (under client_body_timeout, which bounds only the gap between reads), reconnecting when dropped,
-    until :meth:`stop`."""
+    a complete header of Fleet route ``rpc`` declaring ``declared`` body bytes and then one body byte every
+    ``gap`` seconds (under client_body_timeout, which bounds only the gap between reads), reconnecting when
+    dropped, until :meth:`stop`."""
 
-    HEADER = ("POST /v1/fleet/pull-messages HTTP/1.1\r\nHost: localhost\r\nContent-Type: application/protobuf\r\n"
+    HEADER = ("POST /v1/fleet/{rpc} HTTP/1.1\r\nHost: localhost\r\nContent-Type: application/protobuf\r\n"
               "Content-Length: {n}\r\n\r\n")
 
-    def __init__(self, port: int, ca: Path, n: int, sources: list[str], declared: int, gap: float = 8.0) -> None:
-        self.port, self.declared, self.gap = port, declared, gap
+    def __init__(self, port: int, ca: Path, n: int, sources: list[str], declared: int, gap: float = 8.0,
+                 rpc: str = "pull-messages") -> None:
+        self.port, self.declared, self.gap, self.rpc = port, declared, gap, rpc
         self.ctx = ssl.create_default_context(cafile=str(ca))
         self.stopped = threading.Event()
         self.lock = threading.Lock()
@@ -822,7 +823,7 @@ class _SlowUploads:
             try:
                 raw = socket.create_connection(("127.0.0.1", self.port), timeout=10, source_address=(source, 0))
                 conn = self.ctx.wrap_socket(raw, server_hostname="localhost")
-                conn.sendall(self.HEADER.format(n=self.declared).encode())
+                conn.sendall(self.HEADER.format(rpc=self.rpc, n=self.declared).encode())
             except OSError:
                 time.sleep(0.2)
                 continue
@@ -846,29 +847,36 @@ class _SlowUploads:
 
 
 @pytest.mark.slow
-@pytest.mark.parametrize("sources", [["127.0.0.2"], ["127.0.0.2", "127.0.0.3", "127.0.0.4", "127.0.0.5"]],
-                         ids=["one-address", "four-addresses"])
-def test_slow_uploads_hold_no_upstream_slot_and_every_node_trains(fleet, sources) -> None:
-    """28 slow uploads (a full header declaring a body at the Fleet limit, then one byte every 8 s) from one
-    address and from four, held while a round trains: the proxy reads bodies whole before they go upstream, so
-    the attack holds none of the FLEET_UPSTREAM_CONNS (24) slots to the SuperLink and every node trains (with
-    streamed bodies, issue 42 measured 51 of 54 node requests answered 502 and no round finished)."""
+@pytest.mark.parametrize("rpc,sources", [("pull-messages", ["127.0.0.2"]),
+                                         ("pull-messages", ["127.0.0.2", "127.0.0.3", "127.0.0.4", "127.0.0.5"]),
+                                         ("push-object", ["127.0.0.2", "127.0.0.3", "127.0.0.4", "127.0.0.5"])],
+                         ids=["one-address", "four-addresses", "push-object-four-addresses"])
+def test_slow_uploads_hold_no_upstream_slot_and_every_node_trains(fleet, rpc, sources) -> None:
+    """28 slow uploads (a full header declaring a body at the route's limit, then one byte every 8 s) from one
+    address and from four, held while a round trains: the proxy reads bodies whole before they go upstream (the
+    small routes in memory, push-object past 16k into a temporary file: FLEET_OBJECT_BUFFERING=file), so the
+    attack holds none of the FLEET_UPSTREAM_CONNS (24) slots to the SuperLink and every node trains (with
+    streamed bodies, issue 42 measured 51 of 54 node requests answered 502 and no round finished; streamed
+    push-object bodies failed the run: no node registered within the round-timeout). push-object from four
+    addresses: 7 each, under FLEET_OBJECT_CONN_PER_IP (8), so all 28 are admitted and buffered."""
     fed, tmp, limits = fleet
-    declared = int(limits.nginx()["FLEET_MAX_BODY"].rstrip("k")) * 1024
-    attack = _SlowUploads(fed.fleet_port, fed.certs / "ca.crt", 28, sources, declared)
+    limit = limits.nginx()["FLEET_OBJECT_MAX_BODY" if rpc == "push-object" else "FLEET_MAX_BODY"]
+    declared = int(limit.rstrip("k")) * 1024
+    attack = _SlowUploads(fed.fleet_port, fed.certs / "ca.crt", 28, sources, declared, rpc=rpc)
+    name = f"push_object_{len(sources)}" if rpc == "push-object" else str(len(sources))
     try:
         t0 = time.time()
         while attack.peak < 28 and time.time() < t0 + 10:
             time.sleep(0.1)
         held_at_start = attack.open
-        doc = _train_round(fed, tmp, f"under-slow-uploads-{len(sources)}")
+        doc = _train_round(fed, tmp, f"under-slow-uploads-{name.replace('_', '-')}")
         held_at_end = attack.open
     finally:
         attack.stop()
     assert held_at_start == 28 and held_at_end >= 24, (held_at_start, held_at_end, attack.opened)
     row = doc["rounds"][0]
     assert row["num_updates"] == NODES and row["num_failures"] == 0, row["failures"]
-    FIGURES[f"slow_uploads_{len(sources)}_addresses"] = {"connections": 28, "held_at_start": held_at_start,
+    FIGURES[f"slow_uploads_{name}_addresses"] = {"connections": 28, "held_at_start": held_at_start,
                                                         "held_at_end": held_at_end, "opened": attack.opened,
                                                         "round_s": round(row["wall_time_s"], 1)}
 
