@@ -15,6 +15,8 @@
 #                    [PODMAN_COMPOSE_VENV: ${TMPDIR:-/tmp}/noniid-fl-podman-compose]
 #   golang-github-containernetworking-plugin-dnsname   with podman-compose, deploy/docker/compose.yaml started
 #                    for real (tests/test_compose_live.py); dnsname lets the containers resolve service names
+#   catatonit        the pause process of podman's pods: deploy/k8s played with podman kube play
+#                    (tests/test_kube_play_live.py)
 # Run it with the test environment active (the pip packages go into `$PYTHON -m pip`, default `python`).
 set -euo pipefail
 need=()
@@ -25,6 +27,7 @@ command -v podman >/dev/null || need+=(podman)
 command -v runc >/dev/null || need+=(runc)
 command -v mmdebstrap >/dev/null || need+=(mmdebstrap)
 [ -x /usr/lib/cni/dnsname ] || need+=(golang-github-containernetworking-plugin-dnsname)
+command -v catatonit >/dev/null || need+=(catatonit)
 command -v prometheus >/dev/null || need+=(prometheus)
 for f in train-images-idx3 train-labels-idx1 t10k-images-idx3 t10k-labels-idx1; do
   [ -f "/usr/share/datasets/fashion-mnist/$f-ubyte.gz" ] || { need+=(dataset-fashion-mnist); break; }

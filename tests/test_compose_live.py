@@ -116,10 +116,10 @@ def test_compose_federation_trains_and_a_killed_supernode_is_restarted_and_train
     _require_tools()
     assert _ports_free(9093, 9443), "ports 9093 and 9443 (published by compose.yaml) are taken on this host"
     build = subprocess.run(["bash", str(DOCKER / "build_local.sh")], capture_output=True, text=True, timeout=3600,
-                           env={**os.environ, "TAG": "compose-test"})
+                           env={**os.environ, "TAG": "test"})
     assert build.returncode == 0, build.stdout[-3000:] + build.stderr[-3000:]
     for target, name in IMAGES.items():      # the compose file's image names, as a registry would serve them
-        subprocess.run(["podman", "tag", f"noniid-fl/{target}:compose-test", name], check=True, timeout=60)
+        subprocess.run(["podman", "tag", f"noniid-fl/{target}:test", name], check=True, timeout=60)
 
     work = tmp_path / "compose"
     work.mkdir()

@@ -259,7 +259,9 @@ def test_kubernetes_manifests_wire_identity_data_and_secrets() -> None:
     # the fleet's key secret into a memory volume, which is all the SuperNode container mounts
     assert env["AUTH_KEY"]["value"] == "/key/supernode.key"
     [init] = pod["initContainers"]
-    assert "cp /all-keys/supernode-$(POD_INDEX) /key/supernode.key" in init["command"][-1]
+    # install replaces a key left by an earlier start (the memory volume outlives a pod's restart; cp onto the
+    # 0400 copy failed with "Permission denied" when podman re-ran the init container)
+    assert init["command"] == ["install", "-m", "0400", "/all-keys/supernode-$(POD_INDEX)", "/key/supernode.key"]
     assert {m["name"] for m in init["volumeMounts"]} == {"keys", "own-key"}
     main_mounts = {m["name"]: m for m in pod["containers"][0]["volumeMounts"]}
     assert "keys" not in main_mounts and main_mounts["own-key"]["readOnly"] is True
