@@ -33,8 +33,8 @@ import yaml
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
-from deploy.connection import write_connection  # noqa: E402
-from deploy.localfed import free_ports, snapshot_app  # noqa: E402
+from deploy.localfed import snapshot_app  # noqa: E402
+from tests._operator import FLWR, start_operator  # noqa: E402
 
 DOCKER = ROOT / "deploy" / "docker"
 IMAGES = {"proxy": "noniid-fl/proxy:nginx", "supernode": "noniid-fl/supernode:cpu",
@@ -134,8 +134,7 @@ def test_compose_federation_trains_and_a_killed_supernode_is_restarted_and_train
         os.chown(key, 10001, 10001)          # only the private keys a container reads (compose.yaml's header)
     (work / "bindings").mkdir()
     compose = Compose(work, f"nfl{os.getpid()}")
-    flwr_home = tmp_path / "flwr-home"
-    tunnel = None
+    operator = None
     try:
         up = compose("up", "-d", "--no-build")
         # podman-compose exits 0 even when a container could not be created: every service must run
@@ -147,29 +146,9 @@ def test_compose_federation_trains_and_a_killed_supernode_is_restarted_and_train
             "exec", compose.container("proxy"), "curl", "-fsS", "http://127.0.0.1:9080/healthz").returncode == 0,
             180, lambda: compose.logs("superlink")[-2000:] + compose.logs("proxy")[-2000:])
         # the operator's side: a tunnel presenting the operator certificate, and the flwr CLI on it
-        port = free_ports(1)[0]
-        tunnel = subprocess.Popen(
-            [sys.executable, str(ROOT / "deploy" / "operator_tunnel.py"), "--listen", f"127.0.0.1:{port}",
-             "--connect", "127.0.0.1:9443", "--server-name", "localhost", "--ca", str(certs / "ca.crt"),
-             "--cert", str(certs / "operators" / "operator.crt"), "--key", str(certs / "operators" / "operator.key")],
-            stdout=subprocess.DEVNULL, stderr=(tmp_path / "tunnel.log").open("w"))
-        env = {**os.environ, "FLWR_HOME": str(flwr_home), "FLWR_TELEMETRY_ENABLED": "0"}
-        write_connection("docker", f"127.0.0.1:{port}", None, home=flwr_home, make_default=True)
-        flwr = str(Path(sys.executable).parent / "flwr")
-        for i in range(len(nodes)):          # register each key, bound to client id i (compose.yaml's header)
-            reg = subprocess.run([sys.executable, "-m", "deploy.register_node", str(certs / "keys" / f"supernode-{i}.pub"),
-                                  str(i), "docker", "--bindings", str(work / "bindings" / "node-bindings.json"),
-                                  "--flwr", flwr], cwd=ROOT, env=env, capture_output=True, text=True, timeout=180)
-            assert reg.returncode == 0, reg.stdout[-2000:] + reg.stderr[-2000:]
-
-        def active() -> int:
-            res = subprocess.run([flwr, "supernode", "list", "docker", "--format", "json"], env=env,
-                                 capture_output=True, text=True, timeout=60)
-            try:
-                return sum(n["status"] == "online" for n in json.loads(res.stdout)["nodes"])
-            except (ValueError, KeyError):
-                return 0
-        _wait("all three SuperNodes online", lambda: active() == len(nodes), 240,
+        operator = start_operator(certs, tmp_path, "docker")
+        operator.register(certs, len(nodes), work / "bindings" / "node-bindings.json")  # compose.yaml's header
+        _wait("all three SuperNodes online", lambda: operator.online() == len(nodes), 240,
               lambda: "\n".join(compose.logs(n)[-1500:] for n in nodes))
         health = compose.podman("exec", compose.container("supernode-0"), "python", "/app/deploy/healthcheck.py",
                                 "supernode")
@@ -179,7 +158,7 @@ def test_compose_federation_trains_and_a_killed_supernode_is_restarted_and_train
         config = (f"method='fedavg' dataset='digits' num-server-rounds={ROUNDS} min-train-nodes=3 "
                   "federated-eval-every=0 round-timeout=90.0 out-dir='/runs/compose'")
         log = tmp_path / "run.out"
-        run = subprocess.Popen([flwr, "run", str(app), "docker", "--stream", "-c", config], env=env,
+        run = subprocess.Popen([FLWR, "run", str(app), "docker", "--stream", "-c", config], env=operator.env,
                                stdout=log.open("w"), stderr=subprocess.STDOUT)
 
         def results() -> dict | None:
@@ -208,8 +187,8 @@ def test_compose_federation_trains_and_a_killed_supernode_is_restarted_and_train
         doc = results()
         assert doc is not None, log.read_text()[-3000:]
     finally:
-        if tunnel is not None:
-            tunnel.terminate()
+        if operator is not None:
+            operator.stop()
         states = {n: compose.logs(n)[-1500:] for n in ("superlink", "proxy", *nodes)}
         down = compose("down", "-v", "-t", "5")
     assert run.returncode == 0, log.read_text()[-3000:]

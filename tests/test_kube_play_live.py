@@ -23,9 +23,9 @@ import pytest
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
-from deploy.connection import write_connection  # noqa: E402
-from deploy.localfed import free_ports, snapshot_app  # noqa: E402
+from deploy.localfed import snapshot_app  # noqa: E402
 from deploy.make_node_data import write_node_files  # noqa: E402
+from tests._operator import FLWR, start_operator  # noqa: E402
 from tests.test_compose_live import CONTAINERS_CONF, IMAGES, _ports_free, _wait  # noqa: E402
 
 NETWORK = "noniid-fl-kube-test"
@@ -70,7 +70,7 @@ def test_kube_play_runs_the_rendered_manifests_and_a_round_trains_on_every_pod(t
     pods = ["superlink", "supernode-0", "supernode-1", "supernode-2"]
     claims = [d.split("name: ", 1)[1].split("\n")[0] for d in render.stdout.split("---")
               if "kind: PersistentVolumeClaim" in d]
-    flwr_home, tunnel = tmp_path / "flwr-home", None
+    operator = None
     try:
         assert podman("network", "create", NETWORK).returncode == 0
         # the data PVC the StatefulSet mounts read-only (client-<i>.npz), created before the pods as in a cluster
@@ -90,45 +90,25 @@ def test_kube_play_runs_the_rendered_manifests_and_a_round_trains_on_every_pod(t
             key = podman("exec", f"supernode-{i}-supernode", "sh", "-c", "stat -c %a /key/supernode.key && ls /key")
             assert key.stdout.split() == ["400", "supernode.key"], key.stdout + key.stderr
 
-        port = free_ports(1)[0]
-        tunnel = subprocess.Popen(
-            [sys.executable, str(ROOT / "deploy" / "operator_tunnel.py"), "--listen", f"127.0.0.1:{port}",
-             "--connect", "127.0.0.1:9443", "--server-name", "localhost", "--ca", str(certs / "ca.crt"),
-             "--cert", str(certs / "operators" / "operator.crt"), "--key", str(certs / "operators" / "operator.key")],
-            stdout=subprocess.DEVNULL, stderr=(tmp_path / "tunnel.log").open("w"))
-        cli_env = {**os.environ, "FLWR_HOME": str(flwr_home), "FLWR_TELEMETRY_ENABLED": "0"}
-        write_connection("kube", f"127.0.0.1:{port}", None, home=flwr_home, make_default=True)
-        flwr = str(Path(sys.executable).parent / "flwr")
+        operator = start_operator(certs, tmp_path, "kube")
         bindings = files / "superlink" / "bindings" / "node-bindings.json"   # the ConfigMap's file
-        for i in range(3):
-            reg = subprocess.run([sys.executable, "-m", "deploy.register_node", str(certs / "keys" / f"supernode-{i}.pub"),
-                                  str(i), "kube", "--bindings", str(bindings), "--flwr", flwr], cwd=ROOT, env=cli_env,
-                                 capture_output=True, text=True, timeout=180)
-            assert reg.returncode == 0, reg.stdout[-2000:] + reg.stderr[-2000:]
+        operator.register(certs, 3, bindings)
         os.chown(bindings, 10001, 10001)
-
-        def online() -> int:
-            res = subprocess.run([flwr, "supernode", "list", "kube", "--format", "json"], env=cli_env,
-                                 capture_output=True, text=True, timeout=60)
-            try:
-                return sum(n["status"] == "online" for n in json.loads(res.stdout)["nodes"])
-            except (ValueError, KeyError):
-                return 0
-        _wait("all three SuperNode pods online", lambda: online() == 3, 240,
+        _wait("all three SuperNode pods online", lambda: operator.online() == 3, 240,
               lambda: "\n".join(logs(f"supernode-{i}-supernode")[-1500:] for i in range(3)))
         app = snapshot_app(tmp_path / "app")
         config = ("method='fedavg' dataset='digits' num-server-rounds=2 min-train-nodes=3 federated-eval-every=0 "
                   "round-timeout=90.0 out-dir='/runs/kube'")
         log = tmp_path / "run.out"
         with log.open("w") as fh:
-            run = subprocess.run([flwr, "run", str(app), "kube", "--stream", "-c", config], env=cli_env,
+            run = subprocess.run([FLWR, "run", str(app), "kube", "--stream", "-c", config], env=operator.env,
                                  stdout=fh, stderr=subprocess.STDOUT, timeout=900)
         out = podman("exec", "superlink-superlink", "cat", "/runs/kube/results.json")
         assert run.returncode == 0 and out.returncode == 0, log.read_text()[-3000:]
         doc = json.loads(out.stdout)
     finally:
-        if tunnel is not None:
-            tunnel.terminate()
+        if operator is not None:
+            operator.stop()
         down = podman("kube", "play", "--down", str(play_file), timeout=300)
         for volume in [*claims, "supernode-data"]:
             podman("volume", "rm", "-f", volume)
