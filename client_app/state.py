@@ -27,7 +27,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 import numpy as np
-from flwr.app import ConfigRecord, RecordDict
+from flwr.app import ArrayRecord, ConfigRecord, RecordDict
 
 from flcore import safe_files
 from flcore.protocol import STATE_MISSING
@@ -76,11 +76,21 @@ class ClientState:
         if binding is not None and len(self._rd) == 0:
             self._restore()
 
+    def _bound(self) -> StateBinding:
+        """The run's StateBinding, which every state kept on disk has (__init__ refuses a directory without)."""
+        if self.binding is None:
+            raise ClientStateError(f"client {self.cid}: its {self.what} has no StateBinding")
+        return self.binding
+
     # --- arrays ------------------------------------------------------------------------------
     def get_arrays(self, key: str) -> dict[str, np.ndarray] | None:
         if key not in self._rd:
             return None
-        return dict(record_to_params(self._rd[key]))
+        rec = self._rd[key]
+        if not isinstance(rec, ArrayRecord):
+            raise ClientStateError(f"client {self.cid}: state entry {key!r} holds a {type(rec).__name__}, "
+                                   "not arrays")
+        return dict(record_to_params(rec))
 
     def put_arrays(self, key: str, params: dict[str, np.ndarray]) -> None:
         self._rd[key] = params_to_record(params)
@@ -105,13 +115,13 @@ class ClientState:
         for path in self.dir.iterdir():
             v = Version.parse(path)
             if v is not None:
-                (valid if self.binding.owns(v.round, v.attempt) else dead).append(v)
+                (valid if self._bound().owns(v.round, v.attempt) else dead).append(v)
         return sorted(valid), sorted(dead)
 
     def _restore(self) -> None:
         """Memory is empty: load the newest valid version (at most this round), or refuse when the server
         saw this client keep state that cannot be found."""
-        b = self.binding
+        b = self._bound()
         valid = [v for v in self.versions()[0] if not self.server_round or v.round <= self.server_round]
         newest = valid[-1] if valid else None
         need = b.state_round
@@ -133,7 +143,7 @@ class ClientState:
             blob = safe_files.load(version.path, KIND)
         except safe_files.SafeFileError as exc:
             raise ClientStateError(f"client {self.cid}: cannot read its {self.what}: {exc}") from exc
-        expect = {"run": self.binding.run, "cid": self.cid, "round": version.round, "attempt": version.attempt}
+        expect = {"run": self._bound().run, "cid": self.cid, "round": version.round, "attempt": version.attempt}
         got = {k: blob.get(k) for k in expect}
         if got != expect:
             raise ClientStateError(f"client {self.cid}: {version.path} is not this client's state of that round "
@@ -150,12 +160,17 @@ class ClientState:
         already: an emptied state is a version too), then drop the versions no resume can need."""
         if self.dir is None or (len(self._rd) == 0 and not self.dir.is_dir()):
             return None
-        entries = {}
+        entries: dict[str, tuple[str, dict]] = {}
         for key, rec in self._rd.items():
-            entries[key] = ("config", dict(rec)) if isinstance(rec, ConfigRecord) else \
-                ("arrays", dict(record_to_params(rec)))
+            if isinstance(rec, ConfigRecord):
+                entries[key] = ("config", dict(rec))
+            elif isinstance(rec, ArrayRecord):
+                entries[key] = ("arrays", dict(record_to_params(rec)))
+            else:
+                raise ClientStateError(f"client {self.cid}: state entry {key!r} holds a {type(rec).__name__} "
+                                       "(only configs and arrays are kept)")
         self.dir.mkdir(parents=True, exist_ok=True)
-        b = self.binding
+        b = self._bound()
         path = self.dir / f"r{server_round:06d}-{b.attempt}.pt"
         safe_files.save(path, KIND, {"run": b.run, "cid": self.cid, "round": server_round, "attempt": b.attempt,
                                      "entries": entries})
@@ -167,10 +182,13 @@ class ClientState:
         (the one a resume from it loads; a later checkpoint is of a later round than any version but the
         newest); delete the rest, versions of thrown-away history and left-over temporary files. Returns what
         went."""
+        if self.dir is None:
+            return []
         valid, dead = self.versions()
         keep = set(valid[-2:])
-        at_checkpoint = [v for v in valid if v.round <= self.binding.checkpoint_round]
-        if self.binding.checkpoint_round and at_checkpoint:
+        checkpoint_round = self._bound().checkpoint_round
+        at_checkpoint = [v for v in valid if v.round <= checkpoint_round]
+        if checkpoint_round and at_checkpoint:
             keep.add(at_checkpoint[-1])
         gone = [v.path for v in valid + dead if v not in keep]
         gone += [p for p in self.dir.iterdir() if ".pt.tmp" in p.name]

@@ -33,7 +33,7 @@ from flwr.serverapp import Grid
 from flcore import node_bindings
 from flcore.config import RunConfig
 from strategies.exchange import ExchangeResult, Failure, exchange
-from strategies.reply_schema import info_problem
+from strategies.reply_schema import RegistrationInfo, parse_info
 
 log = logging.getLogger("noniid_fl")
 
@@ -178,12 +178,11 @@ class ClientRegistry:
                         len(errors), "; ".join(f.reason for f in errors[:3])))
                 for reply in res.replies.values():
                     node = int(reply.metadata.src_node_id)
-                    info = reply.content.get("info")
-                    problem = info_problem(info)
-                    if problem is not None:
-                        self._refuse_malformed(node, problem, server_round)
+                    info = parse_info(reply.content.get("info"))
+                    if isinstance(info, str):
+                        self._refuse_malformed(node, info, server_round)
                         continue
-                    cid = int(info["cid"])
+                    cid = info.cid
                     if bound is not None and bound.get(node) != cid:
                         self._refuse_identity(cid, node, bound.get(node), server_round)
                         continue
@@ -192,10 +191,10 @@ class ClientRegistry:
                         self._refuse_duplicate(cid, node, holder.node_id, server_round)
                         continue
                     declared = self._bindings[2].get(cid) if bound is not None and self._bindings else None
-                    if declared is not None and int(info["num-examples"]) > declared:
-                        self._refuse_size(cid, node, int(info["num-examples"]), declared, server_round)
+                    if declared is not None and info.num_examples > declared:
+                        self._refuse_size(cid, node, info.num_examples, declared, server_round)
                         continue
-                    self.clients[cid] = ClientInfo(cid, node, int(info["num-examples"]), list(info["class-counts"]))
+                    self.clients[cid] = ClientInfo(cid, node, info.num_examples, info.class_counts)
                     self.backoff.pop(node, None)
                     self.away.discard(node)
                     self.claims.pop(node, None)
@@ -250,8 +249,8 @@ class ClientRegistry:
                        self.cfg.probe_timeout, server_round, phase="probe", poll=self.cfg.reply_poll_interval)
         for cid in due:
             reply = res.replies.get(cid)
-            info = reply.content.get("info") if reply is not None else None
-            if info is not None and info_problem(info) is None and int(info["cid"]) == cid:
+            info = parse_info(reply.content.get("info")) if reply is not None else None
+            if isinstance(info, RegistrationInfo) and info.cid == cid:
                 self.evicted.pop(cid)
                 self.timeouts.pop(cid, None)
                 log.info("client %s answered its liveness probe in round %s: eligible again", cid, server_round)

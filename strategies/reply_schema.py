@@ -19,6 +19,8 @@ only declared names may travel (tests/test_method_contract.py checks that honest
 
 from __future__ import annotations
 
+from dataclasses import dataclass
+
 import math
 from typing import Any, Callable, Iterable, Mapping
 
@@ -136,6 +138,23 @@ def records_problem(content: Mapping[str, Any], allowed: Iterable[str], kinds: M
         elif not _declared(name, allowed):
             return f"record '{name}' is not in the protocol nor declared by the method"
     return None
+
+
+@dataclass(frozen=True)
+class RegistrationInfo:
+    """A registration's ``info``, checked by :func:`parse_info`."""
+
+    cid: int
+    num_examples: int
+    class_counts: list[int]
+
+
+def parse_info(info: Any, max_classes: int = 100_000) -> RegistrationInfo | str:
+    """A registration's ``info`` as typed values, or its first problem (:func:`info_problem`)."""
+    problem = info_problem(info, max_classes)
+    if problem is not None:
+        return problem
+    return RegistrationInfo(int(info["cid"]), int(info["num-examples"]), [int(c) for c in info["class-counts"]])
 
 
 def info_problem(info: Any, max_classes: int = 100_000) -> str | None:

@@ -62,6 +62,9 @@ def test_a_registration_is_refused_unless_every_key_is_there_and_the_counts_add_
     assert rs.info_problem({**ok, "class-counts": [2, -3]}).startswith("info 'class-counts' must be")
     assert rs.info_problem({**ok, "num-examples": 10**9}).startswith("info 'class-counts' add up to 5")
     assert rs.info_problem({**ok, "extra": 1}) == "info has undeclared key(s) 'extra'"
+    # what the registry keeps: the checked values, typed; or the same first problem
+    assert rs.parse_info(ok) == rs.RegistrationInfo(cid=1, num_examples=5, class_counts=[2, 3])
+    assert rs.parse_info({**ok, "extra": 1}) == "info has undeclared key(s) 'extra'"
 
 
 # ------------------------------------------------------------------------------ hostile replies, whole rounds
