@@ -18,11 +18,10 @@
 #   FLEET_OBJECT_MAX_BODY  largest push-object body [5137k: a full 5 MiB array chunk, any model]
 #   FLEET_MAX_BODY         largest body of every other Fleet route [64k]
 #   FLEET_OBJECT_BUFFERING [file]  how push-object bodies reach the SuperLink: file (read whole first, past
-#                  16k into a temporary file under PROXY_RUN_DIR: a slow uploader holds no upstream slot, and each
-#                  connection costs up to FLEET_OBJECT_MAX_BODY of disk, tmpfs in the images), memory (read whole
-#                  into a buffer of FLEET_OBJECT_MAX_BODY: up to FLEET_CONNECTIONS x FLEET_OBJECT_MAX_BODY of
-#                  memory, for limits derived for a model), stream (sent on as they arrive: no copy, but each
-#                  slow upload holds one of the FLEET_UPSTREAM_CONNS slots the nodes need)
+#                  16k into a temporary file under PROXY_RUN_DIR, as root in TMPDIR (below): a slow uploader holds
+#                  no upstream slot, each upload costs up to FLEET_OBJECT_MAX_BODY of disk, tmpfs in the images),
+#                  memory (read whole into a buffer of FLEET_OBJECT_MAX_BODY), stream (sent on as they arrive: no
+#                  copy, but each slow upload holds one of the FLEET_UPSTREAM_CONNS slots the nodes need)
 #   PROXY_WORKER_USER [nobody]  run as root, nginx's workers drop to this user (and its primary group), and
 #                  the bodies they buffer go to a directory of theirs (0700) in TMPDIR, removed when the proxy stops
 #   CONTROL_MAX_BODY       largest Control body (start-run carries the app, <= 10 MiB) [11264k]
@@ -107,7 +106,7 @@ run_dir="${PROXY_RUN_DIR:-$(mktemp -d "${TMPDIR:-/tmp}/flower-proxy.XXXXXX")}"
 mkdir -p "$run_dir"
 run_dir="$(cd "$run_dir" && pwd)"
 user_directive="# workers run as the proxy's own user (not root)"
-body_dir="$run_dir/fleet-client_body"; own_body_dir=0
+body_dir="$run_dir/fleet-client_body"
 if [ "$(id -u)" = 0 ]; then
   # nginx started as root runs its workers as an unprivileged user, and they write the push-object bodies
   # they buffer (FLEET_OBJECT_BUFFERING=file) into a directory of their own, 0700, in TMPDIR (the run
@@ -117,36 +116,35 @@ if [ "$(id -u)" = 0 ]; then
     echo "proxy.sh: PROXY_WORKER_USER '$worker_user' is not a user of this host" >&2; exit 2; }
   [ "$worker_user" != root ] || { echo "proxy.sh: PROXY_WORKER_USER must not be root" >&2; exit 2; }
   user_directive="user $worker_user $worker_group;"
-  body_dir="$(mktemp -d "${TMPDIR:-/tmp}/flower-proxy-body.XXXXXX")"; own_body_dir=1
+  body_dir="$(mktemp -d "${TMPDIR:-/tmp}/flower-proxy-body.XXXXXX")"
+  trap 'rm -rf "$body_dir"' EXIT   # every way out, the TERM/INT trap's exit included
   chown "$worker_user:$worker_group" "$body_dir"
   if command -v runuser >/dev/null && ! runuser -u "$worker_user" -- test -w "$body_dir"; then
     echo "proxy.sh: nginx's workers (user '$worker_user') cannot write $body_dir: a directory above it is" \
          "not searchable by them; set TMPDIR to one that is (e.g. /tmp)" >&2
-    rm -rf "$body_dir"; exit 2
+    exit 2
   fi
 fi
-remove_body_dir() { [ "$own_body_dir" = 0 ] || rm -rf "$body_dir"; }
 subst+=(-e "s|@USER_DIRECTIVE@|$user_directive|g" -e "s|@BODY_DIR@|$body_dir|g")
 instances=(fleet control health)
 for name in "${instances[@]}"; do
   conf="$run_dir/$name.conf"
   sed "${subst[@]}" -e "s|@RUN_DIR@|$run_dir|g" "$here/proxy/$name.conf.template" > "$conf"
   if grep -q '@[A-Z_]*@' "$conf"; then
-    echo "proxy.sh: unrendered placeholder in $conf" >&2; remove_body_dir; exit 2
+    echo "proxy.sh: unrendered placeholder in $conf" >&2; exit 2
   fi
 done
 if [ "${PROXY_CHECK:-0}" = 1 ]; then
   for name in "${instances[@]}"; do
-    "$nginx_bin" -e stderr -p "$run_dir" -c "$run_dir/$name.conf" -t || { remove_body_dir; exit 1; }
+    "$nginx_bin" -e stderr -p "$run_dir" -c "$run_dir/$name.conf" -t
   done
-  remove_body_dir
   exit 0
 fi
 echo "proxy.sh: Fleet API on $host:$fleet_port, Control API (operator certificate) on $host:$control_port," \
      "health on 127.0.0.1:$health_port -> $upstream; configs in $run_dir" >&2
 pids=()
 stop_all() { kill -TERM "${pids[@]}" 2>/dev/null || true; }
-trap 'stop_all; wait; remove_body_dir; exit 143' TERM INT
+trap 'stop_all; wait; exit 143' TERM INT
 for name in "${instances[@]}"; do
   "$nginx_bin" -e stderr -p "$run_dir" -c "$run_dir/$name.conf" -g "daemon off;" &
   pids+=($!)
@@ -156,5 +154,4 @@ wait -n "${pids[@]}" || status=$?
 echo "proxy.sh: an nginx instance exited (status $status); stopping the others" >&2
 stop_all
 wait || true
-remove_body_dir
 exit $(( status == 0 ? 1 : status ))
