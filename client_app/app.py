@@ -114,7 +114,12 @@ def _cached_data(cid: int, num_partitions: int, data_path: str, cfg: RunConfig, 
     """A node's data as tensors on ``device`` (views of the cached arrays on the CPU), built once per config."""
     arr = _cached_arrays(cid, num_partitions, data_path, cfg)
     t = functools.partial(torch.as_tensor, device=device)
-    return ClientData(t(arr.x_train), t(arr.y_train), t(arr.x_test), t(arr.y_test), arr.num_classes)
+    # pfl-eval-split: the split the client's own evaluation (P-FL) reads; 'validation' while tuning
+    x_eval, y_eval = (arr.x_val, arr.y_val) if cfg.pfl_eval_split == "validation" else (arr.x_test, arr.y_test)
+    if data_path and cfg.pfl_eval_split == "validation":
+        raise ClientSetupError(f"client {cid}: pfl-eval-split = 'validation' needs a validation split, which a "
+                               f"node's own data file ({data_path}) does not have: use pfl-eval-split = 'test'")
+    return ClientData(t(arr.x_train), t(arr.y_train), t(x_eval), t(y_eval), arr.num_classes)
 
 
 def load_client_data(cfg: RunConfig, node_config: dict, device: torch.device) -> tuple[int, ClientData]:

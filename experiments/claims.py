@@ -38,6 +38,7 @@ INTRO = PROJECT_ROOT / "docs" / "templates" / "RESULTS_claims.md"  # the ledger'
 MIN_SEEDS = 5       # paired seeds a claim needs unless it declares fewer (never below FLOOR_SEEDS)
 FLOOR_SEEDS = 3
 METRIC = "global_accuracy"
+METRICS = {"global_accuracy": "G-FL", "local_accuracy": "P-FL"}  # a claim's `metric`: what the row scores
 
 
 @dataclass(frozen=True)
@@ -52,6 +53,7 @@ class Claim:
     method: str
     reason: str = ""
     min_seeds: int = MIN_SEEDS
+    metric: str = METRIC          # global_accuracy (G-FL, the global model on the test set) or local_accuracy (P-FL)
 
 
 @dataclass(frozen=True)
@@ -71,8 +73,13 @@ def load_claims(path: Path = CLAIMS) -> list[Claim]:
         if not isinstance(min_seeds, int) or isinstance(min_seeds, bool) or min_seeds < FLOOR_SEEDS:
             raise ValueError(f"{path}: claim '{c.get('id')}': min-seeds must be an integer >= {FLOOR_SEEDS}, "
                              f"got {min_seeds!r}")
+        metric = c.get("metric", METRIC)
+        if metric not in METRICS:
+            raise ValueError(f"{path}: claim '{c.get('id')}': metric must be one of {', '.join(METRICS)}, "
+                             f"got {metric!r}")
         out.append(Claim(c["id"], c["paper"], c["claim"], c["paper-figure"], c.get("paper-gain"),
-                         c["experiment"], c["baseline"], c["method"], c.get("reason", "").strip(), min_seeds))
+                         c["experiment"], c["baseline"], c["method"], c.get("reason", "").strip(), min_seeds,
+                         metric))
     return out
 
 
@@ -87,9 +94,11 @@ def score_rounds(results_root: Path, experiment: str) -> int:
     return 1 if table is None else int(table.get("last-rounds", 3))
 
 
-def final_by_seed(results_root: Path, experiment: str, label: str, last: int | None = None) -> dict[int, float]:
-    """seed -> the row's score (%) of every finished run of ``experiment/label``: the mean G-FL accuracy over its
-    last ``last`` rounds (default :func:`score_rounds`: the same rule the tuning selected on; 1 = final)."""
+def final_by_seed(results_root: Path, experiment: str, label: str, last: int | None = None,
+                  metric: str = METRIC) -> dict[int, float]:
+    """seed -> the row's score (%) of every finished run of ``experiment/label``: the mean of ``metric`` (G-FL
+    accuracy by default, :data:`METRICS`) over its last ``last`` rounds (default :func:`score_rounds`: the same
+    rule the tuning selected on; 1 = final)."""
     k = score_rounds(results_root, experiment) if last is None else last
     out: dict[int, float] = {}
     for f in sorted((results_root / experiment / label).glob("seed*/results.json")):
@@ -97,9 +106,9 @@ def final_by_seed(results_root: Path, experiment: str, label: str, last: int | N
         if len(doc["rounds"]) < int(doc["run_config"].get("num-server-rounds", 0)):
             continue
         if k == 1:
-            value = doc["final"].get(METRIC)
+            value = doc["final"].get(metric)
         else:
-            values = [row.get(METRIC) for row in doc["rounds"][-k:]]
+            values = [row.get(metric) for row in doc["rounds"][-k:]]
             value = None if len(values) < k or any(v is None for v in values) else float(np.mean(values))
         if value is not None:
             out[int(f.parent.name[4:])] = 100.0 * float(value)
@@ -129,8 +138,8 @@ _VS = re.compile(r"\{\{vs:([a-z0-9_.-]+):(mean|ci|p)\}\}")  # another run of the
 
 def paired_differences(results_root: Path, claim: Claim) -> list[float]:
     """Per-seed gains (method - baseline, percentage points) over the seeds run for both."""
-    base = final_by_seed(results_root, claim.experiment, claim.baseline)
-    meth = final_by_seed(results_root, claim.experiment, claim.method)
+    base = final_by_seed(results_root, claim.experiment, claim.baseline, metric=claim.metric)
+    meth = final_by_seed(results_root, claim.experiment, claim.method, metric=claim.metric)
     return [meth[s] - base[s] for s in sorted(set(base) & set(meth))]
 
 
@@ -157,8 +166,8 @@ def fill_reason(results_root: Path, claim: Claim) -> str:
         return f"{stat:.3g}"
 
     def versus(m: re.Match) -> str:
-        base = final_by_seed(results_root, claim.experiment, claim.baseline)
-        other = final_by_seed(results_root, claim.experiment, m.group(1))
+        base = final_by_seed(results_root, claim.experiment, claim.baseline, metric=claim.metric)
+        other = final_by_seed(results_root, claim.experiment, m.group(1), metric=claim.metric)
         seeds = sorted(set(base) & set(other))
         if len(seeds) < 2:
             return f"(no paired seeds of {m.group(1)})"
@@ -170,8 +179,8 @@ def fill_reason(results_root: Path, claim: Claim) -> str:
 
 def measure(results_root: Path, claim: Claim) -> Measured | None:
     """Paired-by-seed comparison, or None with fewer than the claim's ``min_seeds`` seeds run for both."""
-    base = final_by_seed(results_root, claim.experiment, claim.baseline)
-    meth = final_by_seed(results_root, claim.experiment, claim.method)
+    base = final_by_seed(results_root, claim.experiment, claim.baseline, metric=claim.metric)
+    meth = final_by_seed(results_root, claim.experiment, claim.method, metric=claim.metric)
     seeds = sorted(set(base) & set(meth))
     if len(seeds) < claim.min_seeds:
         return None
@@ -214,7 +223,7 @@ def near_ties(results_root: Path, claim: Claim) -> NearTies | None:
     arms = {label: [(c.slug + (" (chosen)" if c.chosen else ""),
                      final_by_seed(results_root, claim.experiment,
                                    str(choice_dir(results_root, claim.experiment, label, c)
-                                       .relative_to(results_root / claim.experiment))))
+                                       .relative_to(results_root / claim.experiment)), metric=claim.metric))
                     for c in arm_choices(tuning, label)] for label in (claim.baseline, claim.method)}
     # a pair counts once it has every seed of the chosen pair (the reported seeds), never a subset
     reported = set(arms[claim.baseline][0][1]) & set(arms[claim.method][0][1])
@@ -291,7 +300,8 @@ def ledger(results_root: Path, claims: list[Claim], titles: dict[str, str]) -> s
                 pair_lines.append(f"  - {c.baseline} {b_slug} x {c.method} {m_slug}: {shown}")
         k = score_rounds(results_root, c.experiment)
         setting = (f"{titles.get(c.experiment, c.experiment)} ([section](#{_anchor(titles.get(c.experiment, c.experiment))}))"
-                   + (f"; score: last {k} rounds" if k > 1 else ""))
+                   + (f"; score: last {k} rounds" if k > 1 else "")
+                   + (f"; {METRICS[c.metric]} (clients' own models, own test splits)" if c.metric != METRIC else ""))
         if m is None:
             cells = ["–", "–", "0", "–", "–", "–", "–", "–"]
         else:

@@ -43,7 +43,7 @@ def _trial_values(doc: dict[str, Any], plan: TuningPlan, root: Path, label: str,
                   trial: dict[str, Any], seed: int) -> dict[str, Any]:
     """The run config of one trial on one tuning seed: validation split, no test evaluation."""
     return {**doc["base"], **doc["runs"][label], **trial, "seed": seed,
-            "validation-fraction": plan.validation_fraction, "test-evaluation": False,
+            "validation-fraction": plan.validation_fraction, "test-evaluation": False, "pfl-eval-split": "validation",
             "out-dir": str(_trial_dir(root, label, trial, plan, seed)), "checkpoint": False, "overwrite": True}
 
 
@@ -69,7 +69,8 @@ def _ran_now(root: Path, label: str, trial: dict[str, Any], plan: TuningPlan, se
 def _seed_scores(root: Path, label: str, trial: dict[str, Any], doc: dict[str, Any],
                  plan: TuningPlan) -> list[float]:
     """The trial's validation score on each tuning seed; NaN where it did not finish every round (diverged)."""
-    return [score(json.loads((_trial_dir(root, label, trial, plan, s) / "results.json").read_text()), plan.last_rounds)
+    return [score(json.loads((_trial_dir(root, label, trial, plan, s) / "results.json").read_text()), plan.last_rounds,
+                  plan.metric(label))
             if _finished(root, label, trial, doc, plan, s) else float("nan") for s in plan.seeds]
 
 
@@ -212,6 +213,7 @@ def main(argv: list[str] | None = None) -> int:
             break
     summary = json.loads((root / TUNING_FILE).read_text()) if (root / TUNING_FILE).exists() else {"runs": {}}
     summary.update({"metric": f"mean {METRIC} over the last {plan.last_rounds} rounds"
+                              + "".join(f"; {label}: {key}" for label, key in sorted(plan.metrics.items()))
                               + (f", averaged over {len(plan.seeds)} tuning seeds" if len(plan.seeds) > 1 else ""),
                     "seed": plan.seed, "seeds": list(plan.seeds),
                     "validation-fraction": plan.validation_fraction, "lr-grid": list(grid),
@@ -226,7 +228,7 @@ def main(argv: list[str] | None = None) -> int:
         inert = inert_knobs(scored[label], knobs, plan.inert_tolerance)
         grids = plan.knobs.get(label, {})
         summary["runs"][label] = {
-            "chosen": values, "val_score": best, "budget": len(scored[label]),
+            "chosen": values, "val_score": best, "metric": plan.metric(label), "budget": len(scored[label]),
             "effective-budget": effective_budget(scored[label], inert), "inert-knobs": inert,
             "makeup-lr": sorted({t["lr"] for t in makeup[label]}), "on-edge": on_edge(grid, values["lr"]),
             # the lr grid this run was tuned on: runs tuned by separate `--only` invocations grow their own

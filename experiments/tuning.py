@@ -9,6 +9,7 @@ An experiment config opts in with a ``[tuning]`` table::
     validation-fraction = 0.2       # of each client's training data, held out during tuning only
     lr = [0.003, 0.01, 0.03, 0.1]   # the grid every run shares
     last-rounds = 3                 # score = mean validation accuracy of the global model over the last rounds
+    metric = "val_accuracy"         # or a table per run label: [tuning.metric] ditto = "local_accuracy" (P-FL)
     max-extend = 2                  # edge extensions of the lr grid allowed per side (0: the grid is fixed)
     inert-tolerance = 0.005         # a knob moving no score by more than this is inert (see below)
     [tuning.knobs.fedavg]           # per run label: its own knob grid (same size for every run: equal budget)
@@ -17,7 +18,10 @@ An experiment config opts in with a ``[tuning]`` table::
     "fedprox.mu" = [0.01, 0.1]
 
 Each trial runs with ``test-evaluation = false``: the global test set is not even evaluated, so no test number
-can leak into the choice.
+can leak into the choice; and with ``pfl-eval-split = 'validation'``: a client's own evaluation (P-FL) reads its
+validation split, not its local test split. The score is the global model's validation accuracy
+(``val_accuracy``, G-FL) or, for a run whose ``metric`` is ``local_accuracy``, the clients' own models on their
+own validation splits (P-FL: a personalized method is chosen by what it is for).
 
 Two rules keep the comparison fair (issue 31):
 
@@ -51,6 +55,7 @@ from __future__ import annotations
 import itertools
 import json
 import math
+import dataclasses
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Mapping
@@ -59,6 +64,8 @@ from flcore.config import ConfigError, check_value
 
 TUNING_FILE = "tuning.json"
 METRIC = "val_accuracy"
+METRICS = {"val_accuracy": "the global model's validation accuracy (G-FL)",
+           "local_accuracy": "the clients' own models on their own validation splits (P-FL)"}
 
 
 @dataclass(frozen=True)
@@ -70,6 +77,11 @@ class TuningPlan:
     knobs: Mapping[str, Mapping[str, tuple[Any, ...]]]   # run label -> key -> grid
     max_extend: int = 2
     inert_tolerance: float = 0.005
+    metrics: Mapping[str, str] = dataclasses.field(default_factory=dict)   # run label -> metric (default METRIC)
+
+    def metric(self, label: str) -> str:
+        """The per-round key ``label``'s trials are scored on."""
+        return self.metrics.get(label, METRIC)
 
     @property
     def seed(self) -> int:
@@ -94,7 +106,8 @@ def trial_name(values: Mapping[str, Any]) -> str:
 
 def parse_plan(table: Mapping[str, Any], labels: list[str], source: str) -> TuningPlan:
     """The ``[tuning]`` table, checked: known keys with valid values, every run tuned, equal budgets."""
-    allowed = {"seed", "seeds", "validation-fraction", "lr", "last-rounds", "knobs", "max-extend", "inert-tolerance"}
+    allowed = {"seed", "seeds", "validation-fraction", "lr", "last-rounds", "knobs", "max-extend", "inert-tolerance",
+               "metric"}
     extra = set(table) - allowed
     if extra:
         raise ConfigError(f"{source}: [tuning] has unknown key(s) {sorted(extra)}; allowed: {sorted(allowed)}")
@@ -125,12 +138,27 @@ def parse_plan(table: Mapping[str, Any], labels: list[str], source: str) -> Tuni
     if not isinstance(tol, (int, float)) or isinstance(tol, bool) or not 0 <= tol < 0.1:
         raise ConfigError(f"{source}: [tuning] inert-tolerance must be a number in [0, 0.1), got {tol!r}")
     plan = TuningPlan(_tuning_seeds(table, source), vf, lr, int(table.get("last-rounds", 3)), knobs, max_extend,
-                      float(tol))
+                      float(tol), _metrics(table.get("metric", METRIC), labels, source))
     budgets = {label: len(plan.trials(label)) for label in labels}
     if len(set(budgets.values())) != 1:
         raise ConfigError(f"{source}: unequal tuning budgets {budgets}: every run (the baseline too) must get the "
                           "same number of trials; give each run a knob grid of the same size")
     return plan
+
+
+def _metrics(raw: Any, labels: list[str], source: str) -> dict[str, str]:
+    """``metric = "<key>"`` (every run) or a table run label -> key; each key one of :data:`METRICS`."""
+    per_label = {label: raw for label in labels} if isinstance(raw, str) else raw
+    if not isinstance(per_label, Mapping):
+        raise ConfigError(f"{source}: [tuning] metric must be a string or a table of run label = metric, "
+                          f"got {raw!r}")
+    for label, key in per_label.items():
+        if label not in labels:
+            raise ConfigError(f"{source}: [tuning.metric] names no run '{label}' (runs: {', '.join(labels)})")
+        if key not in METRICS:
+            raise ConfigError(f"{source}: [tuning] metric {key!r} of run '{label}' is not one of "
+                              f"{', '.join(METRICS)}")
+    return {label: str(key) for label, key in per_label.items() if key != METRIC}
 
 
 def _tuning_seeds(table: Mapping[str, Any], source: str) -> tuple[int, ...]:
@@ -166,11 +194,11 @@ def _flatten(grid: Mapping[str, Any], prefix: str = "") -> dict[str, Any]:
     return out
 
 
-def score(doc: Mapping[str, Any], last_rounds: int) -> float:
-    """Mean validation accuracy of the global model over the last ``last_rounds`` rounds (NaN if a round
-    lacks it: a diverged trial never wins)."""
+def score(doc: Mapping[str, Any], last_rounds: int, metric: str = METRIC) -> float:
+    """Mean validation accuracy (``metric``: the global model's by default, :data:`METRICS`) over the last
+    ``last_rounds`` rounds (NaN if a round lacks it: a diverged trial never wins)."""
     rows = doc["rounds"][-last_rounds:]
-    vals = [r.get(METRIC) for r in rows]
+    vals = [r.get(metric) for r in rows]
     if not vals or any(v is None or not math.isfinite(float(v)) for v in vals):
         return float("nan")
     return float(sum(vals) / len(vals))

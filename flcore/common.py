@@ -83,6 +83,11 @@ class CommonConfig(Section):
                                             "the P-FL papers use 0.25, set by their presets)", ge=0, lt=1)
     validation_fraction: float = param(0.0, "share of each client's training data held out as its validation "
                                             "split (tuning selects on it; 0 = none)", ge=0, lt=1)
+    pfl_eval_split: str = param("test", "which held-out split of its own a client's P-FL evaluation (local-accuracy) "
+                                        "reads: 'test' (its local test split) or 'validation' (its validation "
+                                        "split: what a tuning trial selects a P-FL method on, so no local test "
+                                        "sample is evaluated while tuning; needs validation-fraction > 0)",
+                                choices=("test", "validation"))
     global_test_fraction: float = param(0.2, "share of an offline pool held out as the global test set (G-FL); "
                                              "synthetic: of each client's data (the union is the test set, as "
                                              "in FedProx; local-test-fraction, if set, takes its place)",
@@ -183,5 +188,9 @@ class CommonConfig(Section):
             raise ConfigError("run-config key 'federated-eval-every' > 0 evaluates the global model on each "
                               "client's local test split, but 'local-test-fraction' is 0 (no split): set "
                               "local-test-fraction (e.g. 0.25) or federated-eval-every = 0")
+        if self.pfl_eval_split == "validation" and self.validation_fraction == 0:
+            raise ConfigError("run-config key 'pfl-eval-split' = 'validation' evaluates each client's model on its "
+                              "validation split, but 'validation-fraction' is 0 (no split): set "
+                              "validation-fraction (e.g. 0.2) or pfl-eval-split = 'test'")
         if self.partition == "natural" and self.dataset != "synthetic":
             raise ConfigError(f"partition 'natural' exists only for dataset 'synthetic', not '{self.dataset}'")
