@@ -39,7 +39,7 @@ from flcore.config import ConfigError, RunConfig
 from flcore.records import config_to_record, metric_record, params_to_record, record_dict, record_views
 from flcore.registry import get_method, resolve
 from flcore.state_binding import ENTRIES_METRIC, RECORD as STATE_RECORD, StateBinding
-from models import build_model
+from models import FLModel, build_model
 from models.evaluation import eval_support
 from models.numerics import Numerics, applied, check_device, numerics_of
 
@@ -88,7 +88,8 @@ def node_numerics(cfg: RunConfig, node_config: Mapping, device: torch.device) ->
     own = {k: node_config[k] for k in NODE_NUMERICS if k in node_config}
     try:
         if own:
-            chosen = dataclasses.replace(chosen, **{k.replace("-", "_"): str(v) for k, v in own.items()})
+            chosen = dataclasses.replace(chosen, precision=str(own.get("precision", chosen.precision)),
+                                         memory_format=str(own.get("memory-format", chosen.memory_format)))
         refusal = get_method(cfg.method).precision_refusal(chosen.precision)
         if refusal:
             raise ValueError(refusal)
@@ -171,11 +172,12 @@ def _generator(cfg: RunConfig, server_round: int, cid: int, phase: str) -> torch
     return torch.Generator().manual_seed(int(seq.generate_state(1)[0]))
 
 
-def _model(cfg: RunConfig, data: ClientData, device: torch.device, params: dict) -> torch.nn.Module:
+def _model(cfg: RunConfig, data: ClientData, device: torch.device, params: dict) -> FLModel:
     """The run's model with the received weights (reused from POOL when provably as good as new)."""
     in_shape = tuple(data.x_train.shape[1:])
     key = (cfg, in_shape, data.num_classes, str(device))  # every run-config value: another config builds anew
     model = POOL.get(key, lambda: build_model(cfg, in_shape, data.num_classes).to(device), cfg.seed)
+    assert isinstance(model, FLModel)  # built by build_model
     POOL.load(model, params)  # = model.load_state_dict(params as tensors, strict=True)
     return model
 

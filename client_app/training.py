@@ -17,7 +17,7 @@ keeps its optimizer's state between calls (momentum across rounds) passes the op
 from __future__ import annotations
 
 from dataclasses import dataclass, field
-from typing import Callable, Iterator, Sequence
+from typing import Callable, Iterator, Protocol, Sequence, cast
 
 import torch
 from torch import nn
@@ -28,6 +28,19 @@ from models.numerics import current_scaler, fp32
 import torch.nn.functional as F
 
 Forward = Callable[[nn.Module, torch.Tensor, torch.Tensor], tuple[torch.Tensor, torch.Tensor]]
+
+
+class FeatureModel(Protocol):
+    """The model contract of the loop's default forward: models/base.py FLModel's ``forward_features`` (tests and
+    benchmarks pass stand-in modules with the same method)."""
+
+    def forward_features(self, x: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]: ...
+
+
+class NamedForward(Protocol):
+    """A :data:`Forward` whose parameters are named like a trainer's ``forward`` method's (it can replace one)."""
+
+    def __call__(self, model: nn.Module, x: torch.Tensor, y: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]: ...
 
 
 @dataclass
@@ -107,8 +120,13 @@ def minibatches(x: torch.Tensor, y: torch.Tensor, batch_size: int, generator: to
         yield x[idx], y[idx]
 
 
+def forward_features(model: nn.Module, x: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+    """``model.forward_features(x)``: (logits, z) of a module that follows :class:`FeatureModel`."""
+    return cast(FeatureModel, model).forward_features(x)
+
+
 def default_forward(model: nn.Module, x: torch.Tensor, y: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
-    return model.forward_features(x)
+    return forward_features(model, x)
 
 
 def restricted_softmax_scale(class_counts: Sequence[int], alpha: float, form: str = "paper") -> torch.Tensor | None:
@@ -128,7 +146,7 @@ def restricted_softmax_scale(class_counts: Sequence[int], alpha: float, form: st
     return alpha + (1.0 - alpha) * counts / counts.max()
 
 
-def restricted_forward(forward: Forward, scale: torch.Tensor) -> Forward:
+def restricted_forward(forward: Forward, scale: torch.Tensor) -> NamedForward:
     """``forward`` with its logits multiplied class-wise by ``scale`` (the restricted softmax's o_c = s_c o_c,
     FedRS Sec. 4): the training criterion and every loss term then see the restricted logits; the features
     are unchanged, and evaluation (which calls the model, not a trainer's forward) keeps the plain softmax."""

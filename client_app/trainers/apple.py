@@ -15,11 +15,12 @@ from typing import Mapping, Sequence
 
 import numpy as np
 import torch
+from flwr.app import ConfigRecord
 from torch import nn
 from torch.func import functional_call
 
 from client_app.trainers.base import Trainer
-from client_app.training import LossTerm, Step, TrainStats
+from client_app.training import LossTerm, Step, TrainStats, forward_features
 from flcore.methods.apple import CORE_PREFIX, GROUP, P_SELF, STATE_P, AppleConfig, initial_p, reg_coef
 from flcore.records import record_to_params
 
@@ -48,8 +49,8 @@ class _Features(nn.Module):
         super().__init__()
         self.m = model
 
-    def forward(self, x: torch.Tensor):
-        return self.m.forward_features(x)  # type: ignore[operator]
+    def forward(self, x: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+        return forward_features(self.m, x)
 
 
 class DRTerm(LossTerm):
@@ -74,8 +75,13 @@ class AppleTrainer(Trainer):
         job, c = self.job, self.cfg.section(AppleConfig)
         if GROUP not in job.records:
             raise ValueError(f"client {job.cid}: the APPLE train message has no record '{GROUP}'")
-        group = dict(job.records[GROUP])
-        self.cids = [int(x) for x in group["cids"]]
+        group = job.records[GROUP]
+        if not isinstance(group, ConfigRecord):
+            raise TypeError(f"client {job.cid}: record '{GROUP}' is a {type(group).__name__}, not a ConfigRecord")
+        cids = group["cids"]
+        if not isinstance(cids, list):
+            raise TypeError(f"client {job.cid}: '{GROUP}' has cids {cids!r}, not a list")
+        self.cids = [int(x) for x in cids]
         if job.cid not in self.cids:
             raise ValueError(f"client {job.cid}: not among the relayed group {self.cids}")
         self.own = self.cids.index(job.cid)
@@ -94,7 +100,10 @@ class AppleTrainer(Trainer):
             if missing:
                 raise ValueError(f"client {job.cid}: core '{key}' lacks {missing[:3]}")
             self.cores.append({k: torch.as_tensor(np.asarray(arrays[k])).to(job.device) for k in names})
-        p0 = initial_p([int(n) for n in group["samples"]])
+        samples = group["samples"]
+        if not isinstance(samples, list):
+            raise TypeError(f"client {job.cid}: '{GROUP}' has samples {samples!r}, not a list")
+        p0 = initial_p([int(n) for n in samples])
         dev = job.device
         self.p0 = torch.tensor(p0, dtype=torch.float32, device=dev)
         self.p = torch.tensor(carried_p(job.state.get_arrays(STATE_P), self.cids, p0), dtype=torch.float32,

@@ -14,7 +14,7 @@ from __future__ import annotations
 
 import copy
 from dataclasses import dataclass, field
-from typing import Any, Mapping
+from typing import Any, Mapping, TypeVar
 
 import numpy as np
 import torch
@@ -87,7 +87,7 @@ class Trainer:
     def terms(self) -> list[LossTerm]:
         return []
 
-    def forward(self, model: torch.nn.Module, x: torch.Tensor, y: torch.Tensor):
+    def forward(self, model: torch.nn.Module, x: torch.Tensor, y: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
         return default_forward(model, x, y)
 
     def optim_config(self) -> OptimConfig:
@@ -141,7 +141,7 @@ class Trainer:
         return TrainReply(self.reply_params(), metrics, self.extra_records())
 
 
-def trainable_pairs(model: torch.nn.Module, reference: Mapping[str, torch.Tensor],
+def trainable_pairs(model: torch.nn.Module, reference: Mapping[str, torch.Tensor | np.ndarray],
                     what: str) -> list[tuple[str, torch.nn.Parameter, torch.Tensor]]:
     """(name, parameter, reference tensor on the parameter's device) for every trainable parameter."""
     out = []
@@ -157,7 +157,10 @@ def trainable_pairs(model: torch.nn.Module, reference: Mapping[str, torch.Tensor
     return out
 
 
-def frozen_copy(model: torch.nn.Module) -> torch.nn.Module:
+M = TypeVar("M", bound=torch.nn.Module)
+
+
+def frozen_copy(model: M) -> M:
     """A detached, eval-mode copy (for global/previous models used inside a loss)."""
     other = copy.deepcopy(model)
     other.eval()

@@ -19,6 +19,7 @@ from __future__ import annotations
 
 import copy
 import math
+from typing import Iterator
 
 import torch
 import torch.nn.functional as F
@@ -86,7 +87,7 @@ class FirstOrderMAML(LossTerm):
         self.x, self.y, self.batch_size = x, y, batch_size
         self.inner_lr, self.inner_steps = inner_lr, inner_steps
         self.penalty, self.generator, self.forward = penalty, generator, forward
-        self._batches = iter(())
+        self._batches: Iterator[tuple[torch.Tensor, torch.Tensor]] = iter(())
         self._saved: list[torch.Tensor] = []
 
     def _next_batch(self) -> tuple[torch.Tensor, torch.Tensor]:

@@ -12,6 +12,7 @@ from __future__ import annotations
 from collections import OrderedDict
 from typing import Mapping, Sequence, TypeVar
 
+import numpy as np
 import torch
 
 from client_app.trainers.base import Trainer, TrainJob
@@ -19,13 +20,15 @@ from client_app.trainers.param_tensors import ParamPenalty, param_tensors, store
 from client_app.training import LossTerm, TrainStats
 from flcore.methods.feddyn import STATE_GRAD, FedDynConfig
 
-T = TypeVar("T")  # torch tensors in training, numpy arrays in tests
+T = TypeVar("T", torch.Tensor, np.ndarray)  # torch tensors in training, numpy arrays in tests
 
 
-def feddyn_regulariser(triples: Sequence[tuple[torch.Tensor, torch.Tensor, torch.Tensor]], alpha: float) -> torch.Tensor:
+def feddyn_regulariser(triples: Sequence[tuple[torch.Tensor, ...]], alpha: float) -> torch.Tensor:
     """sum_j [ -<g_j, w_j> + alpha/2 ||w_j - w^{t-1}_j||^2 ] over (w_j, w^{t-1}_j, g_j) (Alg. 1, client
     objective); its gradient is -g + alpha (w - w^{t-1})."""
-    return sum(-(g * w).sum() + 0.5 * alpha * (w - w_g).pow(2).sum() for w, w_g, g in triples)
+    total = sum(-(g * w).sum() + 0.5 * alpha * (w - w_g).pow(2).sum() for w, w_g, g in triples)
+    assert isinstance(total, torch.Tensor), "no (w, w^{t-1}, g) triple"  # one per trainable parameter
+    return total
 
 
 def feddyn_state_update(grad_state: Mapping[str, T], local: Mapping[str, T], server: Mapping[str, T],

@@ -97,6 +97,7 @@ class LastEpochClassMeans(LossTerm):
         if step.epoch != self.epoch or self.sums is None:
             self.epoch, self.sums, self.counts = step.epoch, sums, counts
         else:
+            assert self.counts is not None  # set with self.sums
             self.sums += sums
             self.counts += counts
         return None

@@ -113,6 +113,8 @@ class FedMixTrainer(Trainer):
         record = self.job.records.get(GLOBAL)
         if c.lam == 0.0 or record is None:
             return super().fit()
+        if not isinstance(record, ArrayRecord):
+            raise TypeError(f"record '{GLOBAL}' must be an ArrayRecord, got a {type(record).__name__}")
         d = self.job.data
         px, py = pool_from_record(record, tuple(d.x_train.shape[1:]), d.num_classes)
         seed = int(torch.randint(0, 2**31 - 1, (1,), generator=self.job.generator))

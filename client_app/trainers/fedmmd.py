@@ -15,7 +15,7 @@ import torch
 from torch import nn
 
 from client_app.trainers.base import Trainer, frozen_copy
-from client_app.training import LossTerm, Step
+from client_app.training import LossTerm, Step, forward_features
 from flcore.methods.fedmmd import CODE_WIDTHS, FedMMDConfig
 
 
@@ -56,7 +56,7 @@ class MMDTerm(LossTerm):
             return None
         assert self.global_model is not None
         with torch.no_grad():
-            g_logits, g_z = self.global_model.forward_features(step.x)
+            g_logits, g_z = forward_features(self.global_model, step.x)
         local, other = (step.logits, g_logits) if self.layer == "logits" else (step.features, g_z)
         return fedmmd_penalty(local.flatten(1), other.flatten(1), self.weight, self.floor)
 

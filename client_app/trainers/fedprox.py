@@ -17,7 +17,9 @@ from flcore.methods.fedprox import FedProxConfig
 
 def proximal_penalty(pairs: Sequence[tuple[torch.Tensor, torch.Tensor]], mu: float) -> torch.Tensor:
     """mu/2 * sum_j ||w_j - w^t_j||^2 over (w_j, w^t_j) pairs (FedProx Eq. 2); gradient mu (w - w^t)."""
-    return 0.5 * mu * sum((w - w_g).pow(2).sum() for w, w_g in pairs)
+    total = sum((w - w_g).pow(2).sum() for w, w_g in pairs)
+    assert isinstance(total, torch.Tensor), "no (w, w^t) pair"  # one per trainable parameter
+    return 0.5 * mu * total
 
 
 class ProximalTerm(LossTerm):

@@ -39,6 +39,7 @@ from client_app.state import ClientState
 from client_app.training import LossTerm, OptimConfig, Step, TrainStats, local_train, make_optimizer
 from flcore.methods.fedrane import (CD_LOSS, EVAL_DENSITY, MIXUP_LOSS, STATE_OPTIMIZER, STATE_SCHEDULE,
                                     TRAIN_DENSITY)
+from models.base import FLModel
 from models.evaluation import eval_support
 from models.device_sum import DeviceSum
 from models.fedrane.neck import LRANeck, contrastive_discrimination
@@ -208,8 +209,9 @@ class LRATrainer(Trainer):
         self.neck.stats.pop("eval")      # the received model's evaluation: not the P-FL figure
         return {}
 
-    def forward(self, model: nn.Module, x: torch.Tensor, y: torch.Tensor):
+    def forward(self, model: nn.Module, x: torch.Tensor, y: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
         """(logits, Z) with logits = predictor(mix(Z, Z_hat)); Z_hat kept for L_CD."""
+        assert isinstance(model, FLModel)
         if self.mixup is None:
             z = model.features(x)
             z_hat = self.neck.augment(z)

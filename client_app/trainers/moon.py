@@ -26,6 +26,7 @@ from client_app.trainers.base import Trainer, TrainJob, frozen_copy
 from client_app.training import LossTerm, Step, TrainStats
 from flcore.methods.moon import STATE_PREV, MoonConfig
 from flcore.records import load_params, model_params
+from models.base import FLModel
 
 
 def moon_contrastive_loss(z: torch.Tensor, z_glob: torch.Tensor, z_prev: torch.Tensor, tau: float) -> torch.Tensor:
@@ -48,7 +49,7 @@ def projection(model: nn.Module) -> nn.Module:
 class MoonTerm(LossTerm):
     """mu * l_con on the projected backbone features of each minibatch."""
 
-    def __init__(self, global_model: nn.Module, prev_model: nn.Module | None, mu: float, tau: float) -> None:
+    def __init__(self, global_model: FLModel, prev_model: FLModel | None, mu: float, tau: float) -> None:
         self.global_model, self.prev_model = global_model, prev_model
         self.mu, self.tau = float(mu), float(tau)
 
@@ -68,7 +69,7 @@ class MoonTrainer(Trainer):
         self.mcfg = job.cfg.section(MoonConfig)
         projection(job.model)  # fail early, naming the missing hook
 
-    def _previous_model(self) -> nn.Module | None:
+    def _previous_model(self) -> FLModel | None:
         stored = self.job.state.get_arrays(STATE_PREV)
         if stored is None:
             return None

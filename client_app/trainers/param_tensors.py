@@ -104,8 +104,9 @@ def full_gradient(model: nn.Module, x: torch.Tensor, y: torch.Tensor, names: lis
         logits, _ = forward(model, xb, yb)
         (F.cross_entropy(fp32(logits), yb) * (xb.shape[0] / n)).backward()
         for k in names:
-            if params[k].grad is not None:
-                acc[k] += params[k].grad
+            grad = params[k].grad
+            if grad is not None:
+                acc[k] += grad
     model.zero_grad(set_to_none=True)
     return acc
 

@@ -11,7 +11,7 @@ import torch.nn.functional as F
 from torch import nn
 
 from client_app.trainers.base import Trainer
-from client_app.training import Forward, TrainStats, minibatches
+from client_app.training import Forward, TrainStats, default_forward, minibatches
 from flcore.methods.perfedavg import PerFedAvgConfig
 
 Batch = tuple[torch.Tensor, torch.Tensor]
@@ -41,7 +41,7 @@ def maml_step(model: nn.Module, params: list[nn.Parameter], batches: list[Batch]
               weight_decay: float = 0.0) -> torch.Tensor:
     """One Per-FedAvg local step in place on ``params`` (paper Alg. 1): ``batches`` = [D, D'] (fo) or
     [D, D', D''] (hf). Returns the loss at the adapted point w_tmp on D' (what the step minimises)."""
-    fwd = forward or (lambda m, x, y: m.forward_features(x))
+    fwd = forward or default_forward
     need = 2 if variant == "fo" else 3
     if variant not in ("fo", "hf") or len(batches) != need:
         raise ValueError(f"Per-FedAvg variant {variant!r} needs {need} batches, got {len(batches)}")

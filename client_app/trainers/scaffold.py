@@ -19,7 +19,7 @@ from collections import OrderedDict
 from typing import Mapping
 
 import torch
-from flwr.app import ArrayRecord
+from flwr.app import ArrayRecord, ConfigRecord, MetricRecord
 
 from flcore.named_arrays import Tensors
 from client_app.trainers.base import Trainer, TrainJob
@@ -64,7 +64,7 @@ class ScaffoldTrainer(Trainer):
         self.job.state.put_arrays(STATE_C_I, to_numpy(new_c_i))
         return stats
 
-    def extra_records(self) -> dict[str, ArrayRecord]:
+    def extra_records(self) -> dict[str, ArrayRecord | ConfigRecord | MetricRecord]:
         if self.delta_c is None:
             raise RuntimeError(f"client {self.job.cid}: SCAFFOLD extra_records() called before fit()")
         return {DELTA_C: params_to_record(to_numpy(self.delta_c))}

@@ -36,9 +36,10 @@ from client_app.trainers.base import Trainer, frozen_copy
 from client_app.trainers.fedbr.pseudo_data import (contrastive_loss, mixture_pseudo_data, mixup, rsm_pseudo_data,
                                                    similarities, soft_cross_entropy)
 from client_app.trainers.fedbr.shared import proxy_set, set_seed as _seed, shared_rsm
-from client_app.training import LossTerm, Step, TrainStats, local_train
+from client_app.training import LossTerm, Step, TrainStats, forward_features, local_train
 from flcore.methods.fedbr import (CON_AFTER_MAX, CON_BEFORE_MAX, CON_END, NUM_CLIENTS, PSEUDO_CE, SIM_GLOBAL,
                                   SIM_REAL, STATE_KEY, br_config)
+from models.base import FLModel
 
 # (x, y) of the step's real batch, or None before the round -> (x_p, y~_p)
 PseudoMaker = Callable[[torch.Tensor | None, torch.Tensor | None], tuple[torch.Tensor, torch.Tensor]]
@@ -54,18 +55,23 @@ class PseudoBatch(LossTerm):
 
     def __init__(self, make: PseudoMaker, per_step: bool, need_global: bool, global_once: bool = False) -> None:
         self.make, self.per_step, self.need_global, self.global_once = make, per_step, need_global, global_once
-        self.x = self.q = self.g = self.z = None
-        self._global: nn.Module | None = None
+        self.x: torch.Tensor | None = None  # x_p
+        self.q: torch.Tensor | None = None  # y~_p
+        self.g: torch.Tensor | None = None  # phi_g(x_p)
+        self.z: torch.Tensor | None = None  # phi_i(x_p)
+        self._global: FLModel | None = None
 
     def _refresh(self, x: torch.Tensor | None = None, y: torch.Tensor | None = None) -> None:
         self.x, self.q = self.make(x, y)
         if self.need_global and not (self.global_once and self.g is not None):
+            assert self._global is not None  # frozen at begin when need_global
             with torch.no_grad():
-                self.g = self._global.features(self.x)  # type: ignore[union-attr]
+                self.g = self._global.features(self.x)
 
     def begin(self, model: nn.Module) -> None:
         self.g = None
         if self.need_global:
+            assert isinstance(model, FLModel)
             self._global = frozen_copy(model)  # phi_g = the round's received extractor
         if not self.per_step:
             self._refresh()  # fixed for the whole round: phi_g(x_p) computed once
@@ -75,6 +81,7 @@ class PseudoBatch(LossTerm):
             self._refresh(x, y)
 
     def loss(self, model: nn.Module, step: Step) -> None:
+        assert isinstance(model, FLModel) and self.x is not None
         self.z = model.features(self.x)  # phi_i(x_p), with graph
         return None
 
@@ -94,12 +101,14 @@ class MaxStep(LossTerm):
         self.count = 0
 
     def begin(self, model: nn.Module) -> None:
+        assert isinstance(model, FLModel)
         self.proj = model.extras["proj"]
         self.params = list(self.proj.parameters())
         self.opt = torch.optim.SGD(self.params, lr=self.lr, momentum=self.momentum, weight_decay=self.weight_decay)
 
     def loss(self, model: nn.Module, step: Step) -> None:
         pb = self.pb
+        assert pb.z is not None  # PseudoBatch.loss ran before this term
         for p in self.params:
             p.requires_grad_(True)
         try:
@@ -135,6 +144,8 @@ class ContrastiveTerm(LossTerm):
         self._last: tuple[torch.Tensor, torch.Tensor, torch.Tensor] | None = None
 
     def loss(self, model: nn.Module, step: Step) -> torch.Tensor:
+        assert isinstance(model, FLModel)
+        assert self.pb.x is not None and self.pb.g is not None  # need_global: phi_g(x_p) is made with x_p
         proj = model.extras["proj"]
         a, g, c = proj(self.pb.z), proj(self.pb.g), proj(step.features)
         l_con = contrastive_loss(a, g, c, self.tau1, self.tau2, self.pairing)
@@ -151,6 +162,7 @@ class ContrastiveTerm(LossTerm):
         if self._last is None:
             return
         x_p, g, x = self._last
+        assert isinstance(model, FLModel)
         proj = model.extras["proj"]
         with torch.no_grad():
             self.end_value = float(contrastive_loss(proj(model.features(x_p)), proj(g), proj(model.features(x)),
@@ -167,6 +179,7 @@ class PseudoClassTerm(LossTerm):
         self.count = 0
 
     def loss(self, model: nn.Module, step: Step) -> torch.Tensor:
+        assert isinstance(model, FLModel) and self.pb.q is not None
         ce = soft_cross_entropy(model.head(model.neck(self.pb.z)), self.pb.q)
         self.sum += float(ce.detach())
         self.count += 1
@@ -201,7 +214,11 @@ class FedBRTrainer(Trainer):
         from_batch = fb.mixture_partners == "batch"
 
         def make(xb: torch.Tensor | None, yb: torch.Tensor | None) -> tuple[torch.Tensor, torch.Tensor]:
-            xs, ys = (xb, yb) if from_batch and xb is not None else (d.x_train, d.y_train)
+            if from_batch and xb is not None:
+                assert yb is not None  # the step's batch: x with its y
+                xs, ys = xb, yb
+            else:
+                xs, ys = d.x_train, d.y_train
             return mixture_pseudo_data(proxy, xs, ys, d.num_classes, fb.mixture_k, self._gen)
         return make, fb.mixture_k > 0
 
@@ -238,11 +255,11 @@ class FedBRTrainer(Trainer):
             terms.append(PseudoClassTerm(pb, fb.lambda_))
         return terms
 
-    def forward(self, model: nn.Module, x: torch.Tensor, y: torch.Tensor):
+    def forward(self, model: nn.Module, x: torch.Tensor, y: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
         if self.fb.mixup:
             x, perm, lam = mixup(x, self.fb.mixup_alpha, self._gen)
             self._mix = (perm, lam)
-        return model.forward_features(x)
+        return forward_features(model, x)
 
     def criterion(self, logits: torch.Tensor, y: torch.Tensor) -> torch.Tensor:
         if self._mix is None:

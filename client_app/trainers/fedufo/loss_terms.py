@@ -12,7 +12,7 @@ import torch.nn.functional as F
 from torch import nn
 
 from client_app.trainers.fedufo.equations import consensus_kl, discriminator_loss, group_target, uniform_loss
-from client_app.training import LossTerm, OptimConfig, Step, minibatches
+from client_app.training import LossTerm, OptimConfig, Step, forward_features, minibatches
 from flcore.methods.fedufo import DISC_PREFIX
 
 def model_only_params(model: nn.Module) -> list[nn.Parameter]:
@@ -69,7 +69,7 @@ class PriorBank(LossTerm):
     def before_step(self, model: nn.Module, x: torch.Tensor, y: torch.Tensor) -> None:
         if not self.models:
             return
-        outs = [m.forward_features(x) for m in self.models]
+        outs = [forward_features(m, x) for m in self.models]
         self.logits = torch.stack([o[0] for o in outs])
         self.features = torch.stack([o[1] for o in outs])
 
@@ -194,8 +194,8 @@ class DiscriminatorPhase(_DiscriminatorUpdates):
             for _ in range(self.optim.epochs):
                 for xb, _yb in minibatches(x, y, self.optim.batch_size, generator):
                     with torch.no_grad():
-                        own = model.forward_features(xb)[1]
-                        others = (torch.stack([m.forward_features(xb)[1] for m in self.priors])
+                        own = forward_features(model, xb)[1]
+                        others = (torch.stack([forward_features(m, xb)[1] for m in self.priors])
                                   if self.priors else None)
                     self._step(own, others)
                     if self.optim.max_steps and self.steps >= self.optim.max_steps:

@@ -28,7 +28,7 @@ from typing import Any
 
 import numpy as np
 import torch
-from flwr.app import ConfigRecord
+from flwr.app import ArrayRecord, ConfigRecord
 from torch import nn
 
 from client_app.trainers.base import Trainer, frozen_copy
@@ -41,6 +41,7 @@ from flcore.methods.fedufo import (CGR_ENTROPY, CGR_MAX_PROB, CLIENTS_KEY, COUNT
                                    GLOBAL_TRAIN_ACCURACY, GROUP_KEY, PRIOR_KEY, STAGE_KEY, STATE_PRIOR, STATE_PRIOR_ROUND,
                                    FedUFOConfig, active_terms, needs_relay)
 from flcore.records import model_params, record_to_params
+from models.base import FLModel
 
 log = logging.getLogger("noniid_fl")
 
@@ -93,7 +94,7 @@ class FedUFOTrainer(Trainer):
         raise ValueError(f"client {self.job.cid}: FedUFO has no phase '{phase}' "
                          "(expected train.prior, train.posterior or train)")
 
-    def _local(self, model: nn.Module, terms: list[LossTerm], optim: OptimConfig) -> TrainStats:
+    def _local(self, model: FLModel, terms: list[LossTerm], optim: OptimConfig) -> TrainStats:
         d = self.job.data
         disc = model.extras["disc"] if "disc" in model.extras else nn.Identity()
         set_trainable(disc, False)  # D is frozen while the model trains (Sec. 3.4)
@@ -157,9 +158,17 @@ class FedUFOTrainer(Trainer):
         if GROUP_KEY not in self.job.records:
             raise ValueError(f"client {self.job.cid}: stage {self.stage} posterior needs the relay record "
                              f"'{GROUP_KEY}' but the message has only {sorted(self.job.records)}")
-        group = dict(self.job.records[GROUP_KEY])
-        cids = [int(c) for c in group["cids"]]
-        num_classes = int(group["num-classes"])
+        record = self.job.records[GROUP_KEY]
+        if not isinstance(record, ConfigRecord):
+            raise TypeError(f"client {self.job.cid}: relay record '{GROUP_KEY}' is a {type(record).__name__}, "
+                            "not a ConfigRecord")
+        group = dict(record)
+        members, classes = group["cids"], group["num-classes"]
+        if not isinstance(members, list) or isinstance(classes, list):
+            raise TypeError(f"client {self.job.cid}: relay record '{GROUP_KEY}' has cids {members!r} and "
+                            f"num-classes {classes!r}: expected a list and a number")
+        cids = [int(c) for c in members]
+        num_classes = int(classes)
         props = np.asarray(group["proportions"], dtype=np.float64).reshape(len(cids), num_classes)
         if self.job.cid not in cids:
             raise ValueError(f"client {self.job.cid}: not listed in the relay group {cids}")
@@ -170,7 +179,10 @@ class FedUFOTrainer(Trainer):
             key = f"{PRIOR_KEY}{cid}"
             if key not in self.job.records:
                 raise ValueError(f"client {self.job.cid}: relay lacks the prior of member {cid} ('{key}')")
-            models.append(self._prior_model(dict(record_to_params(self.job.records[key])), f"member {cid}"))
+            prior = self.job.records[key]
+            if not isinstance(prior, ArrayRecord):
+                raise TypeError(f"client {self.job.cid}: prior '{key}' is a {type(prior).__name__}, not an ArrayRecord")
+            models.append(self._prior_model(dict(record_to_params(prior)), f"member {cid}"))
             others.append(cid)
             rows.append(row)
         rows.append(cids.index(self.job.cid))
@@ -217,6 +229,7 @@ class FedUFOTrainer(Trainer):
             self.meters["cgr"] = CGRTerm(bank, props, ufo.cgr_target, ufo.kl_direction)
             terms.append(self.meters["cgr"])
         if "cgl" in terms_on:
+            assert global_model is not None  # frozen above when cgl is on
             self.meters["cgl"] = CGLTerm(global_model, ufo.cgl_lambda, ufo.kl_direction)
             terms.append(self.meters["cgl"])
         if alternating:

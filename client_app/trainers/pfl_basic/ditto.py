@@ -32,7 +32,9 @@ from models import build_model
 def ditto_prox(lam: float):
     """lambda/2 sum_j ||v_j - w_j||^2 over the (v_j, w_j) pairs: its gradient is lambda (v - w^t) (Ditto Sec. 3.1 objective)."""
     def penalty(pairs: list[tuple[torch.Tensor, ...]]) -> torch.Tensor:
-        return 0.5 * lam * sum(((v - w) ** 2).sum() for v, w in pairs)
+        total = sum(((v - w) ** 2).sum() for v, w in pairs)
+        assert isinstance(total, torch.Tensor), "no (v, w) pair"  # one per trainable parameter
+        return 0.5 * lam * total
     return penalty
 
 

@@ -28,6 +28,7 @@ from torch import nn
 from client_app.trainers.base import Trainer, TrainJob
 from client_app.training import LossTerm, Step, TrainStats, local_train
 from flcore.methods.pfl_basic import STATE_FEDROD_HEAD, FedRoDConfig
+from models.base import FLModel
 
 
 def balanced_softmax_loss(logits: torch.Tensor, y: torch.Tensor, counts: torch.Tensor, gamma: float) -> torch.Tensor:
@@ -47,6 +48,7 @@ class PersonalHeadTerm(LossTerm):
         self.head = head
 
     def loss(self, model: nn.Module, step: Step) -> torch.Tensor:
+        assert isinstance(model, FLModel)
         personal = self.head(model.neck(step.features.detach()))
         return F.cross_entropy(step.logits.detach() + personal, step.y)
 
@@ -54,7 +56,7 @@ class PersonalHeadTerm(LossTerm):
 class GenericPlusPersonal(nn.Module):
     """Fed-RoD's personalized predictor: the generic logits plus the personal head's."""
 
-    def __init__(self, model: nn.Module, head: nn.Module) -> None:
+    def __init__(self, model: FLModel, head: nn.Module) -> None:
         super().__init__()
         self.model, self.head = model, head
 
