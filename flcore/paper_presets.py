@@ -159,7 +159,7 @@ def _bc_synthetic(epochs: int, method: str = "fedbc", own: dict[str, Any] | None
 
 
 BASELINE_TUNING = "App. E.2 tunes it on a grid whose digits are lost; the authors' synthetic jobs use "
-BC_BASELINES = [
+BC_BASELINES: list[tuple[str, dict[str, Any], dict[str, str]]] = [
     ("fedprox", {"fedprox.mu": 1.0}, {"fedprox.mu": BASELINE_TUNING + "mu = 1"}),
     ("qfedavg", {"qfedavg.q": 1.0}, {"qfedavg.q": BASELINE_TUNING + "q = 1"}),
     ("scaffold", {"lr": 0.1, "scaffold.option": "II", "scaffold.server-lr": 1.0},

@@ -8,7 +8,7 @@ from __future__ import annotations
 
 import io
 from collections import OrderedDict
-from typing import Mapping
+from typing import Mapping, cast
 
 import numpy as np
 import torch
@@ -44,7 +44,7 @@ def _encode(a: np.ndarray) -> Array:
             _ENCODE[key] = (data[:len(data) - a.nbytes], arr)
         return arr
     header, proto = hit
-    return internals.array_like(proto, header + memoryview(a))
+    return internals.array_like(proto, header + a.data)  # a.data: memoryview(a)
 
 
 def _decode(arr: Array, copy: bool = True) -> np.ndarray:
@@ -140,7 +140,8 @@ def record_dict(records: Mapping[str, object]) -> RecordDict:
     """``RecordDict(records)`` (the same RecordDict, the same errors)."""
     if all(type(k) is str and type(v) in _RECORDS for k, v in records.items()):
         return internals.filled(RecordDict, records)
-    return RecordDict(dict(records))
+    # any other value: RecordDict's own checks of every item (and its errors) decide
+    return RecordDict(cast("dict[str, ArrayRecord | ConfigRecord | MetricRecord]", dict(records)))
 
 
 # --- records without Flower's per-item checks where they provably pass --------------------------------
@@ -154,10 +155,9 @@ _RECORDS = frozenset({ArrayRecord, ConfigRecord, MetricRecord})
 
 
 def _plain(value: object, scalars: frozenset) -> bool:
-    kind = type(value)
-    if kind in scalars:
+    if type(value) in scalars:
         return True
-    if kind is not list:
+    if type(value) is not list:
         return False
     if not value:
         return True

@@ -13,11 +13,15 @@ from torch import nn
 
 
 class FLModel(nn.Module):
+    # set by models.build_model: what the backbone was built from (for a model hook that rebuilds the extractor)
+    input_shape: tuple[int, ...]
+    backbone_name: str
+
     def __init__(self, backbone: nn.Module, head: nn.Module, feature_dim: int, num_classes: int) -> None:
         super().__init__()
-        self.backbone = backbone
+        self.backbone: nn.Module = backbone
         self.neck: nn.Module = nn.Identity()
-        self.head = head
+        self.head: nn.Module = head
         self.extras = nn.ModuleDict()
         self.feature_dim = feature_dim
         self.num_classes = num_classes

@@ -11,7 +11,7 @@ has an int attribute ``eval_support_size`` (rows it needs; 0: none), ``set_eval_
 from __future__ import annotations
 
 import contextlib
-from typing import Any, Callable, Iterator, Sequence
+from typing import Any, Callable, Iterator, Protocol, Sequence, TypeGuard, runtime_checkable
 
 import numpy as np
 import torch
@@ -22,13 +22,36 @@ from models.numerics import fp32
 from models.representation import FeatureMoments
 
 
+@runtime_checkable
+class ForwardFeatures(Protocol):
+    """A model with ``forward_features(x) -> (logits, z)`` (an FLModel: models/base.py)."""
+
+    def forward_features(self, x: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]: ...
+
+
+@runtime_checkable
+class Features(Protocol):
+    """A model with a feature extractor ``features(x) -> z`` (an FLModel: models/base.py)."""
+
+    def features(self, x: torch.Tensor) -> torch.Tensor: ...
+
+
+class EvalSupportModule(Protocol):
+    """A module of the evaluation-support protocol (this module's docstring; FedRANE's LRA neck)."""
+
+    eval_support_size: int
+
+    def set_eval_support(self, x: torch.Tensor | None,
+                         features: Callable[[torch.Tensor], torch.Tensor] | None = None) -> None: ...
+
+
 def evaluate(model: nn.Module, x: torch.Tensor, y: torch.Tensor, batch_size: int = 512,
              forward: Callable[[nn.Module, torch.Tensor], torch.Tensor] | None = None,
              moments: FeatureMoments | None = None) -> tuple[float, float]:
     """(mean cross-entropy loss, accuracy) of ``model`` on (x, y), in order, ``batch_size`` rows at a time.
     ``moments``: also add the representations z of every row to it (the same forward pass, through the model's
     ``forward_features``: models/representation.py measures their collapse)."""
-    if moments is not None and (forward is not None or not hasattr(model, "forward_features")):
+    if moments is not None and (forward is not None or not isinstance(model, ForwardFeatures)):
         raise ValueError("feature moments need the model's own forward_features (an FLModel, no custom forward)")
     model.eval()
     n = int(x.shape[0])
@@ -42,6 +65,7 @@ def evaluate(model: nn.Module, x: torch.Tensor, y: torch.Tensor, batch_size: int
         for start in range(0, n, batch_size):
             xb, yb = x[start:start + batch_size], y[start:start + batch_size]
             if moments is not None:
+                assert isinstance(model, ForwardFeatures)  # checked on entry
                 logits, z = model.forward_features(xb)
                 moments.add(z)
             else:
@@ -51,8 +75,18 @@ def evaluate(model: nn.Module, x: torch.Tensor, y: torch.Tensor, batch_size: int
     return float(loss_sum) / n, int(correct) / n
 
 
-def _support_modules(model: nn.Module) -> list[nn.Module]:
-    return [m for m in model.modules() if getattr(m, "eval_support_size", 0)]
+def _needs_support(m: nn.Module) -> TypeGuard[EvalSupportModule]:
+    return bool(getattr(m, "eval_support_size", 0))
+
+
+def _support_modules(model: nn.Module) -> list[EvalSupportModule]:
+    return [m for m in model.modules() if _needs_support(m)]
+
+
+def _extractor(model: nn.Module) -> Callable[[torch.Tensor], torch.Tensor]:
+    """``model.features``: the feature extractor the support rows go through."""
+    assert isinstance(model, Features)  # the protocol's models are FLModels
+    return model.features
 
 
 def eval_support_size(model: nn.Module) -> int:
@@ -63,7 +97,7 @@ def eval_support_size(model: nn.Module) -> int:
 def set_eval_support(model: nn.Module, x: torch.Tensor | None) -> None:
     """Attach the support rows ``x`` (on the model's device) to every module that needs them; None detaches."""
     for m in _support_modules(model):
-        m.set_eval_support(x, model.features if x is not None else None)
+        m.set_eval_support(x, _extractor(model) if x is not None else None)
 
 
 def support_rows(n: int, size: int, seed: Sequence[int]) -> np.ndarray:

@@ -17,6 +17,8 @@ from typing import Any
 import torch
 from torch import nn
 
+from models.base import FLModel
+
 
 def simplex_etf(feature_dim: int, num_classes: int, seed: int, scale: float = 1.0) -> torch.Tensor:
     """The d x C simplex equiangular tight frame (pure function, seed 004 Eq. 3), columns of norm ``scale``."""
@@ -39,6 +41,8 @@ class LinearHead(nn.Linear):
 
 class ETFHead(nn.Module):
     """logits = h W* with W* a frozen buffer (d x C)."""
+
+    weight: torch.Tensor  # the buffer
 
     def __init__(self, feature_dim: int, num_classes: int, seed: int, scale: float = 1.0) -> None:
         super().__init__()
@@ -83,6 +87,8 @@ class OrthogonalHead(nn.Module):
     (strategies/methods/spherefed.py); the buffer travels with the model like any other state entry.
     """
 
+    weight: torch.Tensor  # the buffer
+
     def __init__(self, feature_dim: int, num_classes: int, seed: int, scale: float = 1.0) -> None:
         super().__init__()
         self.register_buffer("weight", random_orthogonal(feature_dim, num_classes, seed))
@@ -93,14 +99,14 @@ class OrthogonalHead(nn.Module):
         return logits if self.scale == 1.0 else self.scale * logits
 
 
-def make_hyperspherical(model: nn.Module, seed: int, scale: float = 1.0) -> None:
+def make_hyperspherical(model: FLModel, seed: int, scale: float = 1.0) -> None:
     """Model hook helper: features L2-normalised (``model.backbone`` followed by :class:`UnitNorm`) and the
     head replaced by the fixed :class:`OrthogonalHead` (``model`` is a models.base.FLModel)."""
     model.backbone = nn.Sequential(model.backbone, UnitNorm())
     model.head = OrthogonalHead(int(model.feature_dim), int(model.num_classes), seed, scale)
 
 
-def add_sphere_head(model: nn.Module, cfg: Any) -> None:
+def add_sphere_head(model: FLModel, cfg: Any) -> None:
     """SphereFed's model hook (flcore/methods/spherefed.py): unit-norm features, fixed orthogonal classifier
     scaled by ``spherefed.scale``. The method fixes its own classifier, so a run config asking for another head
     (``head = 'etf'``) is refused rather than silently replaced."""

@@ -52,7 +52,7 @@ def domainbed_cnn(in_shape: tuple[int, ...]) -> tuple[nn.Module, int]:
     return nn.Sequential(*layers), 128
 
 
-_VGG11 = [64, "M", 128, "M", 256, 256, "M", 512, 512, "M", 512, 512, "M"]
+_VGG11: list[int | str] = [64, "M", 128, "M", 256, 256, "M", 512, 512, "M", 512, 512, "M"]
 
 
 def vgg11(in_shape: tuple[int, ...]) -> tuple[nn.Module, int]:
@@ -79,7 +79,7 @@ class _Block(nn.Module):
         self.n1 = nn.GroupNorm(2, cout)
         self.c2 = nn.Conv2d(cout, cout, 3, 1, 1, bias=False)
         self.n2 = nn.GroupNorm(2, cout)
-        self.short = nn.Identity()
+        self.short: nn.Module = nn.Identity()
         if stride != 1 or cin != cout:
             self.short = nn.Sequential(nn.Conv2d(cin, cout, 1, stride, bias=False), nn.GroupNorm(2, cout))
 

@@ -32,7 +32,7 @@ class FeatureMoments:
 
     def add(self, z: torch.Tensor) -> None:
         z64 = z.detach().flatten(1).to(torch.float64)
-        if self.total is None:
+        if self.total is None or self.outer is None:  # both None until the first batch
             self.total = torch.zeros(z64.shape[1], dtype=torch.float64, device=z64.device)
             self.outer = torch.zeros(z64.shape[1], z64.shape[1], dtype=torch.float64, device=z64.device)
         if z64.shape[1] != self.total.shape[0]:
@@ -43,7 +43,7 @@ class FeatureMoments:
 
     def covariance(self) -> np.ndarray:
         """C = (1/N) sum z z^T - mean mean^T (d x d, float64); needs at least one row."""
-        if self.total is None or self.count == 0:
+        if self.total is None or self.outer is None or self.count == 0:
             raise ValueError("no feature rows were added")
         mean = self.total / self.count
         cov = self.outer / self.count - torch.outer(mean, mean)

@@ -24,6 +24,7 @@ Euclidean distance on the raw rows, and ``fedaws.reduction = 'sum'`` the sum ove
 
 from dataclasses import dataclass
 
+from flcore.common import CommonConfig
 from flcore.declaration import BASE_TRAINER, MethodDecl
 from flcore.schema import ConfigError, Section, param
 
@@ -52,6 +53,7 @@ class FedAwSConfig(Section):
 
     def check_run(self, common: Section) -> None:
         """The spreadout step moves the rows of a trainable linear classifier: a fixed head has none."""
+        assert isinstance(common, CommonConfig)  # the run config (flcore.config.RunConfig._check_run)
         head = common.head
         if head != "linear":
             raise ConfigError(f"run-config key 'head' = '{head}': fedaws spreads the rows of the trainable "

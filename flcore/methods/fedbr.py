@@ -9,6 +9,7 @@ recipe (``MethodDecl.recipe``). docs/methods/fedbr.md lists every default with i
 import dataclasses
 from dataclasses import dataclass
 
+from flcore.common import CommonConfig
 from flcore.declaration import MethodDecl, Payload, own_backward
 from flcore.schema import ConfigError, KeySpec, Section, Sectioned, param
 
@@ -141,6 +142,7 @@ class FedBRConfig(Section):
 
     def check_run(self, common: Section) -> None:
         """The proxy dataset must be another dataset than the run's (its training pool is the clients' data)."""
+        assert isinstance(common, CommonConfig)  # the run config (flcore.config.RunConfig._check_run)
         dataset = str(common.dataset)
         key = f"{self.NAME}.proxy-dataset"
         if self.pseudo == "mixture" and self.proxy == "dataset" and self.proxy_source(dataset) == dataset:

@@ -89,8 +89,9 @@ class FedUFOConfig(Section):
     def check(self) -> None:
         parse_losses(self.losses_)
 
-    def check_run(self, common: CommonConfig) -> None:
+    def check_run(self, common: Section) -> None:
         """A fedufo run refuses a sampling metric that needs a local test split when it has none."""
+        assert isinstance(common, CommonConfig)  # the run config (flcore.config.RunConfig._check_run)
         has_split = common.local_test_fraction > 0 or common.dataset == "synthetic"
         if self.dynamic_sampling and SAMPLING_METRICS[self.sampling_metric][1] and not has_split:
             raise ConfigError(f"run-config key 'fedufo.sampling-metric' = '{self.sampling_metric}' ranks clients by "

@@ -48,8 +48,9 @@ class PerFedAvgConfig(Section):
     delta: float = param(1e-3, "delta of the HF central difference (paper Alg. 1, Per-FedAvg (HF)); 1e-3: our choice "
                                "(the paper's Sec. 5 value could not be read)", gt=0)
 
-    def check_run(self, common: CommonConfig) -> None:
+    def check_run(self, common: Section) -> None:
         """Per-FedAvg's steps are plain gradient steps: a local momentum would be silently unused."""
+        assert isinstance(common, CommonConfig)  # the run config (flcore.config.RunConfig._check_run)
         if common.momentum != 0.0:
             raise ConfigError(f"method perfedavg takes plain gradient steps (paper Alg. 1): run-config key "
                               f"'momentum' must be 0, got {common.momentum}")

@@ -48,8 +48,9 @@ class PFedMeConfig(Section):
                                       "userbase.py set_parameters), personal = the client's stored theta_i",
                             choices=("global", "personal"))
 
-    def check_run(self, common: CommonConfig) -> None:
+    def check_run(self, common: Section) -> None:
         """pFedMe's steps are plain gradient steps: a local momentum would be silently unused."""
+        assert isinstance(common, CommonConfig)  # the run config (flcore.config.RunConfig._check_run)
         if common.momentum != 0.0:
             raise ConfigError(f"method pfedme takes plain gradient steps (paper Alg. 1): run-config key 'momentum' "
                               f"must be 0, got {common.momentum}")

@@ -42,6 +42,7 @@ import torch.nn.functional as F
 
 from flcore.config import RunConfig
 from flcore.methods.fedrane import FedRANEConfig, rane_config
+from models.base import FLModel
 from models.heads import LinearHead, make_hyperspherical
 from models.device_sum import DeviceSum
 from models.fedrane.graph_attention import GATLayer
@@ -258,7 +259,7 @@ def support_size(cfg: RunConfig) -> int:
     return size if size > 0 else max(cfg.batch_size - 1, 1)
 
 
-def add_predictor(model: nn.Module, cfg: RunConfig) -> None:
+def add_predictor(model: FLModel, cfg: RunConfig) -> None:
     """Model hook of FedRANE's network without the neck (fedrane-no-lra) and first part of :func:`add_lra_neck`:
     with ``flat-features`` and model = convnet the authors' CNNModel extractor (models/fedrane/predictor.py);
     with ``hypersphere`` unit-norm features and the fixed orthogonal classifier (models/heads.py); else the
@@ -283,7 +284,7 @@ def add_predictor(model: nn.Module, cfg: RunConfig) -> None:
         model.head = MLPPredictor(int(model.feature_dim), int(model.num_classes), rane.lra_predictor_hidden)
 
 
-def add_lra_neck(model: nn.Module, cfg: RunConfig) -> None:
+def add_lra_neck(model: FLModel, cfg: RunConfig) -> None:
     """Model hook (flcore/registry.py): :func:`add_predictor`, then LRA as ``model.neck`` (federated with the
     rest)."""
     add_predictor(model, cfg)
