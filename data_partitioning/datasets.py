@@ -231,6 +231,7 @@ def load_pool(name: str, seed: int, global_test_fraction: float, data_root: str 
         if xte is None:  # no test split: hold one out with the dataset's fixed seed, like mnist-5k
             held = _holdout(xtr, ytr, global_test_fraction, seed, name, num_classes, tuple(xtr.shape[1:]))
             xtr, ytr, xte, yte = held.x_train, held.y_train, held.x_test, held.y_test
+        assert yte is not None  # load_hf gives both test arrays or neither
         xtr, xte = standardise(xtr, xte)  # with the training pool's per-channel statistics
         return Pool(name, xtr, ytr, xte, yte, num_classes, tuple(xtr.shape[1:]))
     if name == "synthetic":

@@ -322,6 +322,7 @@ class LocalFederation:
     def register_node(self, i: int) -> str:
         key = str(self.certs / "keys" / f"supernode-{i}.pub")
         if self.bindings is not None:
+            assert self.bind_clients is not None  # bindings are made only with bind_clients (__post_init__)
             self.bindings.parent.mkdir(mode=0o700, exist_ok=True)
             res = subprocess.run([self.python, str(DEPLOY / "register_node.py"), key, str(self.bind_clients[i]),
                                   self.connection, "--bindings", str(self.bindings),

@@ -79,6 +79,7 @@ def cap_pull_backoff(initial: float, cap: float) -> bool:
                     "version?)", PULL_MODULE)
         return False
     for fn in fns:
+        assert fn is not None  # every one checked above
         fn.__kwdefaults__.update(initial_backoff=float(initial), backoff_cap=float(cap))
     return True
 

@@ -11,11 +11,20 @@ config and metric records are copied (they are mutable). The copies' fast paths 
 
 from __future__ import annotations
 
-from typing import Any
+from typing import Any, Protocol, cast
 
-from flwr.app import ArrayRecord, ConfigRecord, Context, Error, Message, MetricRecord, RecordDict
+from flwr.app import ArrayRecord, ConfigRecord, Context, Error, Message, Metadata, MetricRecord, RecordDict
 
 from flcore import internals
+
+
+class _MessageWithMetadata(Protocol):
+    def __call__(self, body: RecordDict | Error, /, *, metadata: Metadata) -> Message: ...
+
+
+# Message's constructor called with a content or an error and a ``metadata``: the keyword is in its signature but
+# not in its typed overloads (flcore/internals.py's PUBLIC_ONLY note); the same class, typed for that call.
+message_with_metadata = cast(_MessageWithMetadata, Message)
 
 
 def _copy_typed(record: Any) -> Any:
@@ -43,7 +52,7 @@ def copy_message(msg: Message) -> Message:
     meta = internals.copy_metadata(msg.metadata)
     if msg.has_error():
         err = msg.error
-        return Message(Error(code=err.code, reason=err.reason), metadata=meta)
+        return message_with_metadata(Error(code=err.code, reason=err.reason), metadata=meta)
     return internals.message_like(msg, meta, copy_record_dict(msg.content))
 
 

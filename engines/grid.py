@@ -17,10 +17,11 @@ from __future__ import annotations
 
 import importlib
 import secrets
-from typing import Any, Iterable, Mapping
+from typing import Any, Iterable, Mapping, cast
 
 from flwr.app import Context, Message, RecordDict
 from flwr.serverapp import Grid
+from flwr.supercore.run import Run
 from flwr.supercore.task_identity import TaskIdentity
 
 from flcore import internals
@@ -34,10 +35,15 @@ def load_client_app(ref: str | ClientAppFn) -> ClientAppFn:
     """``"module:attribute"`` -> the ClientApp object (an object is returned as it is)."""
     if not isinstance(ref, str):
         return ref
+    return cast(ClientAppFn, load_reference(ref))  # what the reference names is the app (unchecked, as in Flower)
+
+
+def load_reference(ref: str) -> object:
+    """The object ``"module:attribute"`` names (``attribute`` may be dotted)."""
     module, sep, attr = ref.partition(":")
     if not sep or not module or not attr:
         raise ValueError(f"client app reference must look like 'package.module:attribute', got {ref!r}")
-    obj = importlib.import_module(module)
+    obj: object = importlib.import_module(module)
     for part in attr.split("."):
         obj = getattr(obj, part)
     return obj
@@ -154,8 +160,8 @@ class InProcessGrid(Grid):
         return reply
 
     # --- parts of the abstract Grid the project does not use ---------------------------------------
-    def set_run(self, run_id: int) -> None:
-        self.run_id = run_id
+    def set_run(self, run: Run | int) -> None:  # Grid's takes a Run; this grid has only its id (an int works too)
+        self.run_id = run if isinstance(run, int) else run.run_id
 
     @property
     def run(self):  # noqa: ANN201 - Flower's Run object does not exist without a SuperLink

@@ -19,15 +19,17 @@ import contextlib
 import gc
 import json
 import time
-from typing import Any, Iterator, Mapping
+from typing import Any, Callable, Iterator, Mapping, cast
 
 from flwr.app import Context, RecordDict
+from flwr.serverapp import Grid
 from flwr.supercore.task_identity import TaskIdentity
 
-from engines.grid import DEFAULT_CLIENT_APP, SERVER_NODE_ID, InProcessGrid, load_client_app
+from engines.grid import DEFAULT_CLIENT_APP, SERVER_NODE_ID, InProcessGrid, load_reference
 from flcore.config import ENGINES, ConfigError, RunConfig, resolve_run_config
 
 DEFAULT_SERVER_APP = "server_app.app:app"
+ServerAppFn = Callable[[Grid, Context], None]  # a ServerApp called as Flower calls it
 
 
 def parse_run_config(run_config: RunConfig | Mapping[str, Any]) -> RunConfig:
@@ -79,7 +81,7 @@ def run_inprocess(values: RunConfig | Mapping[str, Any], num_nodes: int, workers
     and an in-process grid."""
     if isinstance(values, RunConfig):
         values = values.to_dict()  # Flower's run config (the Context's, the nodes'): flat, as `flwr run` sends it
-    app = load_client_app(server_app)
+    app = cast(ServerAppFn, load_reference(server_app))  # the reference names the ServerApp (unchecked)
     grid = make_grid(num_nodes, workers, values, client_app)
     try:
         context = Context(run_id=grid.run_id, node_id=SERVER_NODE_ID, node_config={}, state=RecordDict(),

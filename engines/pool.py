@@ -42,7 +42,7 @@ import threading
 import time
 from dataclasses import dataclass, field
 from multiprocessing.connection import Connection, wait
-from typing import Any, Iterable, Mapping
+from typing import TYPE_CHECKING, Any, Iterable, Mapping, cast
 
 from flwr.app import Context, Message, RecordDict
 from flwr.app.metadata import Metadata
@@ -50,9 +50,13 @@ from flwr.common.constant import ErrorCode
 
 from flcore import internals
 from engines.balance import plan
+from engines.copying import message_with_metadata
 from engines.delivery import ClientAppFn, error_reply, new_message_id
 from engines.grid import DEFAULT_CLIENT_APP, SERVER_NODE_ID, InProcessGrid, node_context
 from engines.worker import pack_context, warm_imports, worker_main
+
+if TYPE_CHECKING:
+    from multiprocessing.context import ForkContext, ForkServerContext, SpawnContext
 
 log = logging.getLogger("noniid_fl.engine")
 
@@ -119,7 +123,8 @@ class PoolGrid(InProcessGrid):
         import torch
 
         self._threads_before = torch.get_num_threads()
-        self._mp = mp.get_context(self.start_method)
+        # typeshed gives get_context(<a str>) the BaseContext type, which lacks the Process every start method's has
+        self._mp = cast("ForkContext | SpawnContext | ForkServerContext", mp.get_context(self.start_method))
         self._lock = threading.Condition()
         self._replies_ready: dict[str, Message] = {}
         self._in_flight: dict[str, _InFlight] = {}
@@ -377,7 +382,7 @@ class PoolGrid(InProcessGrid):
             for msg_id, flight in list(self._in_flight.items()):
                 if flight.worker == i:
                     del self._in_flight[msg_id]
-                    stub = Message(RecordDict(), metadata=flight.metadata)
+                    stub = message_with_metadata(RecordDict(), metadata=flight.metadata)
                     self._replies_ready[msg_id] = error_reply(stub, ErrorCode.CLIENT_APP_CRASHED, reason)
             worker.tasks.cancel_join_thread()
             worker.tasks.close()

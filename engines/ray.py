@@ -21,7 +21,7 @@ import logging
 import os
 import sys
 import threading
-from typing import Any, Iterable, Mapping
+from typing import Any, Iterable, Mapping, cast
 
 from flwr.app import Context, Message
 from flwr.clientapp import ClientApp
@@ -147,7 +147,8 @@ def run_ray(values: RunConfig | Mapping[str, Any], num_nodes: int, cpus_per_clie
                 init_args.update(session.init_args)
             start_ray(init_args)
             signals.install()  # again: ray.init put its own handlers in place
-            run_simulation(server_app=server, client_app=app, num_supernodes=num_nodes,
+            # Flower types the app as a ClientApp but only calls it: any callable of that signature serves
+            run_simulation(server_app=server, client_app=cast(ClientApp, app), num_supernodes=num_nodes,
                            backend_config=backend_config(cpus_per_client, gpus_per_client, init_args),
                            verbose_logging=False)
             if failed:

@@ -289,7 +289,7 @@ def run_summary(run: Run, target: float | None = None) -> dict[str, Any]:
     tgt = recorded_target(run.run_config) if target is None else float(target)
     last = max(acc) if acc else None
     times = [float(r["wall_time_s"]) for r in run.rounds if r.get("wall_time_s") is not None]
-    return {"final": acc[last] if acc else None, "best": max(acc.values()) if acc else None,
+    return {"final": acc[last] if last is not None else None, "best": max(acc.values()) if acc else None,
             "to_target": next((k for k in sorted(acc) if acc[k] >= tgt), None), "target": tgt,
             "time": float(np.mean(times)) if times else None, "rounds": len(run.rounds)}
 

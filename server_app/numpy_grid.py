@@ -23,13 +23,15 @@ from __future__ import annotations
 
 import time
 from collections import OrderedDict
-from typing import Iterable
+from typing import Iterable, cast
 
-from flwr.app import ConfigRecord, Error, Message, MetricRecord, RecordDict
-from flwr.common import (EvaluateIns, FitIns, GetPropertiesIns, ndarrays_to_parameters,
+from flwr.app import ArrayRecord, ConfigRecord, Error, Message, MetricRecord, RecordDict
+from flwr.app.typing import ConfigRecordValues, MetricRecordValues
+from flwr.common import (Config, EvaluateIns, FitIns, GetPropertiesIns, ndarrays_to_parameters,
                          parameters_to_ndarrays)
 from flwr.compat.common import recorddict_compat as legacy
 from flwr.serverapp import Grid
+from flwr.supercore.run import Run
 
 from flcore import internals, protocol
 from flcore.faces import decode_counts, with_run_config
@@ -55,12 +57,15 @@ class NumPyClientGrid(Grid):
             raise ValueError(f"'{kind}' message carries record(s) {extra} that a NumPyClient cannot receive "
                              "(flcore/faces.py: numpy_client_problem)")
         run = dict(content[protocol.RUN_CONFIG]) if protocol.RUN_CONFIG in content else {}
-        config = with_run_config(dict(content.get(protocol.CONFIG, {})), run)
+        # the values of two ConfigRecords, which Flower's legacy Config type calls scalars
+        config = cast(Config, with_run_config(dict(content.get(protocol.CONFIG, {})), run))
         names: list[str] = []
         if kind == protocol.QUERY:
             out, out_type = legacy.getpropertiesins_to_recorddict(GetPropertiesIns(config=config)), GET_PROPERTIES
         elif kind in (protocol.TRAIN, protocol.EVALUATE):
-            params = record_to_params(content[protocol.ARRAYS])
+            arrays = content[protocol.ARRAYS]
+            assert isinstance(arrays, ArrayRecord)  # our train and evaluate messages carry the model so
+            params = record_to_params(arrays)
             names = list(params)
             parameters = ndarrays_to_parameters(list(params.values()))
             if kind == protocol.TRAIN:
@@ -78,19 +83,22 @@ class NumPyClientGrid(Grid):
         """Our reply content for a legacy reply to a ``kind`` message."""
         if kind == protocol.QUERY:
             props = dict(legacy.recorddict_to_getpropertiesres(content).properties)
-            info = {"cid": int(props["cid"]), "num-examples": int(props["num-examples"]),
-                    "class-counts": decode_counts(str(props["class-counts"]))}
+            info: dict[str, ConfigRecordValues] = {
+                "cid": int(props["cid"]), "num-examples": int(props["num-examples"]),
+                "class-counts": decode_counts(str(props["class-counts"]))}
             return RecordDict({protocol.INFO: ConfigRecord(info)})
         if kind == protocol.TRAIN:
             res = legacy.recorddict_to_fitres(content, keep_input=True)
             arrays = parameters_to_ndarrays(res.parameters)
             if len(arrays) != len(names):
                 raise ValueError(f"fit returned {len(arrays)} arrays, {len(names)} were sent")
-            metrics = {**res.metrics, "num-examples": int(res.num_examples)}
+            # legacy scalars: MetricRecord refuses one that is not a number (the reply then becomes an error reply)
+            metrics = cast(dict[str, MetricRecordValues], {**res.metrics, "num-examples": int(res.num_examples)})
             return RecordDict({protocol.ARRAYS: params_to_record(OrderedDict(zip(names, arrays))),
                                protocol.METRICS: MetricRecord(metrics)})
-        res = legacy.recorddict_to_evaluateres(content)
-        return RecordDict({protocol.METRICS: MetricRecord({**res.metrics, "loss": float(res.loss)})})
+        eval_res = legacy.recorddict_to_evaluateres(content)
+        eval_metrics = cast(dict[str, MetricRecordValues], {**eval_res.metrics, "loss": float(eval_res.loss)})
+        return RecordDict({protocol.METRICS: MetricRecord(eval_metrics)})
 
     # --- the Grid -----------------------------------------------------------------------------------------
     def push_messages(self, messages: Iterable[Message]) -> Iterable[str]:
@@ -135,8 +143,8 @@ class NumPyClientGrid(Grid):
     def get_node_ids(self) -> Iterable[int]:
         return self.inner.get_node_ids()
 
-    def set_run(self, run_id: int) -> None:
-        self.inner.set_run(run_id)
+    def set_run(self, run: Run) -> None:
+        self.inner.set_run(run)
 
     @property
     def run(self):

@@ -172,13 +172,13 @@ def start_run(grid: Grid, cfg: RunConfig, t_start: float) -> Run:
     if eval_support_size(model):  # FedRANE's inductive evaluation: a seeded sample of the clients' training pool
         set_eval_support(model, torch.as_tensor(training_pool_sample(cfg, num_clients, eval_support_size(model)),
                                                 device=device))
-    eval_sets = {}
+    eval_arrays = {}
     if cfg.test_evaluation:
-        eval_sets["global"] = global_test_set(cfg, num_clients)
+        eval_arrays["global"] = global_test_set(cfg, num_clients)
     if cfg.validation_fraction > 0:
-        eval_sets["val"] = validation_set(cfg, num_clients)
+        eval_arrays["val"] = validation_set(cfg, num_clients)
     eval_sets = {k: (torch.as_tensor(x, device=device), torch.as_tensor(y, device=device))
-                 for k, (x, y) in eval_sets.items()}
+                 for k, (x, y) in eval_arrays.items()}
     return Run(cfg, strategy, model, params, eval_sets, ResultsWriter(cfg.out_path, cfg), num_clients, t_start)
 
 
@@ -243,6 +243,7 @@ def checkpoint_if_due(run: Run, rnd: int) -> None:
     cfg, strategy = run.cfg, run.strategy
     due = rnd == cfg.num_server_rounds or time.monotonic() - run.last_checkpoint >= WRITE_INTERVAL_S
     if cfg.checkpoint and due:
+        assert strategy.ledger is not None  # bound by resume() before the first round
         save_checkpoint(cfg.out_path / "checkpoint.pt", server_round=rnd, params=run.params,
                         strategy_state=strategy.state_dict(), rounds=run.results.rounds,
                         run_config=run.results.run_config, client_state=strategy.ledger.to_dict())
@@ -268,7 +269,7 @@ def finish(run: Run) -> dict[str, Any]:
     results.write_csv()
     results.plot()
     torch.save({k: torch.from_numpy(np.asarray(v)) for k, v in run.params.items()}, run.cfg.out_path / "final_model.pt")
-    doc = {"run_config": results.run_config, "rounds": results.rounds, "final": results.final(num_clients)}
+    doc: dict[str, Any] = {"run_config": results.run_config, "rounds": results.rounds, "final": results.final(num_clients)}
     note = divergence_note(results.rounds, run.cfg, majority_share(run.eval_sets.get("global")))
     _say(f"{DONE_MARKER} in {time.time() - run.t_start:.1f}s: {len(results.rounds)} rounds, final G-FL accuracy "
          f"{doc['final'].get('global_accuracy')}; results in {path}")

@@ -17,9 +17,12 @@ from __future__ import annotations
 import importlib.util
 import math
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from flcore.config import ConfigError
+
+if TYPE_CHECKING:
+    from torch.utils.tensorboard import SummaryWriter
 
 SUBDIR = "tensorboard"
 GROUPS = (("global_", "G-FL"), ("val_", "validation"), ("local_", "P-FL"), ("client_", "fairness"),
@@ -62,7 +65,7 @@ class TensorBoardLog:
 
     def __init__(self, out_dir: Path) -> None:
         self.log_dir = Path(out_dir) / SUBDIR
-        self._writer = None
+        self._writer: SummaryWriter | None = None
 
     def add_round(self, row: dict[str, Any]) -> None:
         step = int(row["round"])

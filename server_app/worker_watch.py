@@ -107,6 +107,7 @@ class WorkerWatchGrid(DelegatingGrid):
             if kind is None:
                 continue
             meta = reply.metadata
+            assert reply.error.reason is not None  # ray_failure matched Ray's text in it
             where = f"node {meta.src_node_id}, '{meta.message_type}' of round {meta.group_id}"
             if kind == "dead":
                 hint = f" Continue it with resume-from='{self.resume_hint}'." if self.resume_hint else ""

@@ -3,14 +3,14 @@
 from __future__ import annotations
 
 from collections import OrderedDict
-from typing import Sequence
+from typing import Mapping, Sequence
 
 import numpy as np
 
 from flcore.named_arrays import Arrays
 
 
-def weighted_average(params: Sequence[Arrays], weights: Sequence[float]) -> "OrderedDict[str, np.ndarray]":
+def weighted_average(params: Sequence[Arrays], weights: Sequence[float] | np.ndarray) -> "OrderedDict[str, np.ndarray]":
     """sum_k w_k x_k / sum_k w_k per tensor (FedAvg, McMahan et al. 2017, Alg. 1).
 
     Sums in float64 and casts back to each tensor's dtype (integer buffers are rounded).
@@ -49,7 +49,8 @@ def deltas(global_params: Arrays, params: Arrays) -> "OrderedDict[str, np.ndarra
                        for k, g in global_params.items())
 
 
-def apply_update(global_params: Arrays, update: Arrays, scale: float = 1.0) -> "OrderedDict[str, np.ndarray]":
+def apply_update(global_params: Arrays, update: Mapping[str, np.ndarray | float], scale: float = 1.0
+                 ) -> "OrderedDict[str, np.ndarray]":
     """theta + scale * update, cast back to each tensor's dtype."""
     out: "OrderedDict[str, np.ndarray]" = OrderedDict()
     for k, g in global_params.items():

@@ -20,9 +20,9 @@ from __future__ import annotations
 
 import logging
 import math
-from typing import Any, Callable, Iterable
+from typing import TYPE_CHECKING, Any, Callable, Iterable, Mapping
 
-from flwr.app import ArrayRecord, ConfigRecord, Message, MetricRecord
+from flwr.app import ArrayRecord, ConfigRecord, Message, MetricRecord, RecordDict
 from flwr.serverapp import Grid
 from flwr.serverapp.strategy import Result, Strategy
 
@@ -33,6 +33,11 @@ from flcore.records import params_to_record, record_to_params
 from flcore.registry import get_method
 from strategies.client_registry import ClientRegistry, RoundFailed
 from strategies.exchange import Failure, sort_replies
+
+if TYPE_CHECKING:
+    from flcore.named_arrays import Params
+    from strategies.client_registry import ClientInfo
+    from strategies.update_checks import ClientUpdate
 
 log = logging.getLogger("noniid_fl")
 
@@ -50,10 +55,31 @@ class FlowerStrategyAPI(Strategy):
     cfg: RunConfig
     registry: ClientRegistry
 
+    if TYPE_CHECKING:  # the strategy's steps this face calls (FLStrategy, strategies/base.py, defines them)
+        @property
+        def clients(self) -> dict[int, ClientInfo]: ...
+
+        def refresh_clients(self, grid: Grid, wait: bool = True, server_round: int = 0) -> None: ...
+
+        def sample(self, server_round: int) -> list[int]: ...
+
+        def train_content(self, server_round: int, cid: int, params: Params,
+                          message_config: dict[str, Any] | None = None) -> RecordDict: ...
+
+        def evaluate_content(self, server_round: int, cid: int, params: Params,
+                             message_config: dict[str, Any] | None = None) -> RecordDict: ...
+
+        def collect_updates(self, server_round: int, replies: Mapping[int, Any], reference: Params,
+                            phase: str = "train") -> tuple[list[ClientUpdate], list[Failure]]: ...
+
+        def aggregate(self, server_round: int, params: Params, updates: list[ClientUpdate]) -> Params: ...
+
+        def round_metrics(self) -> dict[str, Any]: ...
+
     def __init__(self) -> None:
         self.flower_failures: dict[int, list[Failure]] = {}  # round -> its failures under start()
         self.last_evaluation: dict[int, dict] = {}  # cid -> metrics of the last federated evaluation
-        self._flower_params: tuple[int, Any] | None = None  # (round, the global params configure_train sent)
+        self._flower_params: tuple[int, Params] | None = None  # (round, the global params configure_train sent)
         self._flower_sent: dict[str, list[tuple[int, Message]]] = {}  # phase -> (cid, message) sent
 
     # ------------------------------------------------------------------------------ the round loop
@@ -99,6 +125,7 @@ class FlowerStrategyAPI(Strategy):
         rnd, params = self._flower_params or (None, None)
         if rnd != server_round:
             raise RuntimeError(f"aggregate_train(round {server_round}) without configure_train for that round")
+        assert params is not None  # configure_train's of this round
         ok, failures = self._sort_replies(server_round, protocol.TRAIN, replies)
         updates, rejected = self.collect_updates(server_round, ok, params)
         failures = self.registry.drain_failures() + failures + rejected

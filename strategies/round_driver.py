@@ -176,5 +176,6 @@ class RoundDriver:
                 failures.append(Failure(cid, "evaluate", "rejected", f"malformed reply: {problem}"))
                 log.warning("round %s: evaluation reply of client %s rejected: %s", server_round, cid, problem)
                 continue
+            assert metrics is not None  # (a reply without it has a problem)
             out[cid] = dict(metrics)
         return out, failures

@@ -14,7 +14,7 @@ from __future__ import annotations
 
 import math
 from collections import OrderedDict
-from typing import Any, Sequence
+from typing import Any, ClassVar, Mapping, Sequence
 
 import numpy as np
 from flwr.app import ArrayRecord, RecordDict
@@ -23,7 +23,8 @@ from flcore.named_arrays import Arrays
 from flcore.config import RunConfig
 from flcore.records import record_to_params
 from strategies.aggregation import average_non_float, is_float
-from strategies.update_checks import arrays_problem, reject_updates
+from strategies.exchange import Failure
+from strategies.update_checks import ClientUpdate, arrays_problem, reject_updates
 
 
 
@@ -38,8 +39,8 @@ def with_non_float(params: Arrays, new_float: Arrays, client_params: Sequence[Ar
 class TensorState:
     """Mixin (before FLStrategy) for float64 state tensors: zero-initialised, checkpointed, norms logged."""
 
-    TENSOR_STATE: dict[str, tuple[str, str]] = {}
-    REPLY_RECORDS: dict[str, str] = {}
+    TENSOR_STATE: ClassVar[dict[str, tuple[str, str]]] = {}
+    REPLY_RECORDS: ClassVar[dict[str, str]] = {}
 
     def __init__(self, cfg: RunConfig) -> None:
         super().__init__(cfg)  # type: ignore[call-arg]
@@ -64,7 +65,8 @@ class TensorState:
         self.init_tensors(params)  # before client_records() may send a state tensor
         return super().train_content(server_round, cid, params, message_config)  # type: ignore[misc]
 
-    def collect_updates(self, server_round: int, replies: dict, reference: Arrays, phase: str = "train"):
+    def collect_updates(self, server_round: int, replies: Mapping[int, Any], reference: Arrays,
+                        phase: str = "train") -> tuple[list[ClientUpdate], list[Failure]]:
         updates, rejected = super().collect_updates(server_round, replies, reference, phase)  # type: ignore[misc]
         if not self.REPLY_RECORDS:
             return updates, rejected

@@ -83,9 +83,14 @@ class UpdateChecks:
                 log.warning("round %s: reply of client %s rejected: %s", server_round, cid, malformed)
                 continue
             try:
-                params = record_views(content["arrays"])  # read-only views of the reply's bytes: aggregation reads them
-                metrics = dict(content["metrics"])
-                num = int(metrics["num-examples"])
+                arrays, metric_record = content["arrays"], content["metrics"]
+                # schema_problem checked both records' kinds and that num-examples is a count
+                assert isinstance(arrays, ArrayRecord) and isinstance(metric_record, MetricRecord)
+                params = record_views(arrays)  # read-only views of the reply's bytes: aggregation reads them
+                metrics = dict(metric_record)
+                num_examples = metrics["num-examples"]
+                assert isinstance(num_examples, int)
+                num = int(num_examples)
             except Exception as exc:  # noqa: BLE001 - anything malformed is a rejected update
                 out.rejected.append(Failure(cid, phase, "rejected", f"malformed reply: {exc!r}"))
                 continue
@@ -101,6 +106,7 @@ class UpdateChecks:
                 continue
             records = {k: v for k, v in content.items() if k not in ("arrays", "metrics")}
             weight = self.weight_samples(cid)
+            assert norm is not None  # check_update gives a norm with every passed update
             out.updates.append(ClientUpdate(cid, params, num if weight is None else weight, metrics, records))
             out.norms[cid] = norm
         return out
@@ -129,11 +135,12 @@ class UpdateChecks:
             return updates, rejected
         scales = self._step_scales(updates)
         known = [(norms or {}).get(u.cid) for u in updates]
-        if all(n is not None for n in known):
+        found = [n for n in known if n is not None]
+        if len(found) == len(known):
             # every exact norm is >= its lo, so the exact median is >= the median of the lo's and each exact
             # limit >= its limit from the lo's: an update whose hi is within that is within its exact limit
-            limits_lo = relative_limits([n.lo for n in known], scales, factor)
-            if all(n.hi <= lim for n, lim in zip(known, limits_lo)):
+            limits_lo = relative_limits([n.lo for n in found], scales, factor)
+            if all(n.hi <= lim for n, lim in zip(found, limits_lo)):
                 return updates, rejected
         exact = [n.exact() if n is not None else flat_norm(deltas(reference, u.params))
                  for u, n in zip(updates, known)]

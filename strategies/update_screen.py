@@ -47,7 +47,8 @@ class Float64View(Mapping):
     """Read-only float64 copies of ``reference``'s tensors, made on first access."""
 
     def __init__(self, reference: Arrays) -> None:
-        self._ref, self._memo = reference, {}
+        self._ref = reference
+        self._memo: dict[str, np.ndarray] = {}
 
     def __getitem__(self, key: str) -> np.ndarray:
         hit = self._memo.get(key)
@@ -78,6 +79,7 @@ class UpdateNorm:
 
     def exact(self) -> float:
         if self._value is None:
+            assert self._params is not None and self._ref64 is not None  # kept by check_update with no value
             self._value = _exact_norm(self._params, self._ref64)
             self._params = self._ref64 = None
         return self._value

@@ -13,7 +13,7 @@ from collections import OrderedDict
 from typing import Sequence
 
 import numpy as np
-from flwr.app import ArrayRecord
+from flwr.app import ArrayRecord, ConfigRecord
 
 from flcore.named_arrays import Arrays
 from flcore.methods.fedcm import DELTA, FedCMConfig
@@ -47,7 +47,7 @@ class FedCMStrategy(TensorState, FLStrategy):
     TENSOR_STATE = {"delta": ("fedcm_delta", "fedcm-delta-norm")}   # Delta_0 = 0 (Alg. 1)
     delta: "OrderedDict[str, np.ndarray]"
 
-    def client_records(self, server_round: int, cid: int) -> dict[str, ArrayRecord]:
+    def client_records(self, server_round: int, cid: int) -> dict[str, ArrayRecord | ConfigRecord]:
         return {DELTA: params_to_record(self.in_model_dtypes(self.delta))}
 
     def collect_updates(self, server_round, replies, reference, phase: str = "train"):

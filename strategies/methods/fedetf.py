@@ -143,7 +143,7 @@ class FedETFStrategy(FLStrategy):
         valid = self.memory_valid
         self._metrics["gmv-classes"] = int(valid.sum()) if valid is not None else 0
         self._metrics["gmv-norm"] = (float(np.linalg.norm(self.memory[valid], axis=1).mean())
-                                     if valid is not None and valid.any() else None)
+                                     if valid is not None and self.memory is not None and valid.any() else None)
         return new
 
     def _update_memory(self, server_round: int, updates: list[ClientUpdate], params: Params) -> None:

@@ -11,7 +11,7 @@ import logging
 from typing import Any
 
 import numpy as np
-from flwr.app import ArrayRecord
+from flwr.app import ArrayRecord, ConfigRecord
 from flwr.serverapp import Grid
 
 from flcore.config import RunConfig
@@ -77,7 +77,7 @@ class FedMixStrategy(FLStrategy):
         outcome.bytes_received += received
         return outcome
 
-    def client_records(self, server_round: int, cid: int) -> dict[str, ArrayRecord]:
+    def client_records(self, server_round: int, cid: int) -> dict[str, ArrayRecord | ConfigRecord]:
         if not self.means:
             return {}
         x, y = pooled(self.means)

@@ -79,7 +79,7 @@ def dynamic_sample(ids: Sequence[int], accuracy: Mapping[int, float], size: int,
     size = min(int(size), len(ids))
     worst = worst_half(ids, accuracy, size)
     rest = [c for c in ids if c not in set(worst)]
-    drawn = rng.choice(rest, size=size - len(worst), replace=False) if size > len(worst) else []
+    drawn: np.ndarray | list[int] = rng.choice(rest, size=size - len(worst), replace=False) if size > len(worst) else []
     return sorted(worst + [int(c) for c in drawn])
 
 

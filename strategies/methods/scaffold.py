@@ -12,7 +12,7 @@ from collections import OrderedDict
 from typing import Sequence
 
 import numpy as np
-from flwr.app import ArrayRecord
+from flwr.app import ArrayRecord, ConfigRecord
 
 from flcore.named_arrays import Arrays
 from flcore.methods.scaffold import DELTA_C, SERVER_C, ScaffoldConfig
@@ -53,7 +53,7 @@ class ScaffoldStrategy(TensorState, FLStrategy):
     REPLY_RECORDS = {DELTA_C: "c"}                            # every reply carries delta c_i shaped like c
     c: "OrderedDict[str, np.ndarray]"
 
-    def client_records(self, server_round: int, cid: int) -> dict[str, ArrayRecord]:
+    def client_records(self, server_round: int, cid: int) -> dict[str, ArrayRecord | ConfigRecord]:
         return {SERVER_C: params_to_record(self.in_model_dtypes(self.c))}
 
     def aggregate(self, server_round: int, params: Params, updates: list[ClientUpdate]) -> Params:

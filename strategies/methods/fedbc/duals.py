@@ -135,7 +135,7 @@ def uniform_average(params: Sequence[Mapping[str, np.ndarray]]) -> tuple["Ordere
     return weighted_average(params, weights), weights
 
 
-def weight_gaps(weights: Sequence[float], num_examples: Sequence[int]) -> dict[str, float]:
+def weight_gaps(weights: Sequence[float] | np.ndarray, num_examples: Sequence[int]) -> dict[str, float]:
     """How far the aggregation weights used are from the two textbook choices (L1 distances in [0, 2]):
     ``vs-samples`` = sum_k |w_k - n_k / sum n| (FedAvg), ``vs-uniform`` = sum_k |w_k - 1/M|. Zero means the
     dual weighting did nothing beyond that choice this round."""

@@ -104,7 +104,7 @@ def combine_deltas(global_params: Arrays, client_params: Sequence[Arrays], coef:
     out: "OrderedDict[str, np.ndarray]" = OrderedDict()
     for key, g in global_params.items():
         base = np.asarray(g)
-        acc = base.astype(np.float64).ravel()  # a fresh copy
+        acc: np.ndarray = base.astype(np.float64).ravel()  # a fresh copy
         for start, stop, block in _delta_blocks(global_params, client_params, key, chunk_elems):
             acc[start:stop] += coef @ block
         acc = acc.reshape(base.shape)
