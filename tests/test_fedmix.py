@@ -127,6 +127,28 @@ def test_every_client_is_asked_once_before_round_one_and_round_one_mixes(tmp_pat
     assert len(replies) == 4 and all(MEANS in r.content for r in replies)
 
 
+def test_a_means_reply_of_the_wrong_record_kind_is_left_out_and_the_round_runs(tmp_path):
+    """A client answering the means request with a ConfigRecord under 'fedmix-means' (hostile or broken) is
+    logged and left out of the pool; the other clients' means are relayed and the federation trains."""
+    from flwr.app import ConfigRecord
+
+    from server_app.runner import run_federation
+    from tests.test_method_contract import RecordingGrid
+
+    class WrongKind(RecordingGrid):
+        def _deliver(self, msg):
+            reply = super()._deliver(msg)
+            if msg.metadata.message_type == MEANS_ACTION and msg.metadata.dst_node_id == self.node_ids[0]:
+                reply.content[MEANS] = ConfigRecord({"x": 1.0})
+            return reply
+
+    values = resolve_run_config({**COMMON, "method": "fedmix", "num-server-rounds": 1})
+    values["out-dir"] = str(tmp_path / "run")
+    grid = WrongKind(3)
+    doc = run_federation(grid, RunConfig.from_dict(values))
+    assert doc["rounds"][0]["strategy"][POOL_SIZE] == 2 and doc["rounds"][0]["num_updates"] == 3
+
+
 def test_defaults_and_bounds():
     d = make_cfg(method="fedmix").to_dict()
     assert (d["fedmix.lam"], d["fedmix.loss"], d["fedmix.mean-size"]) == (0.05, "fedmix", 0)

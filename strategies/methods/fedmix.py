@@ -67,6 +67,9 @@ class FedMixStrategy(FLStrategy):
                 try:
                     if record is None:
                         raise ValueError(f"client {cid}: the reply to '{MEANS_ACTION}' has no record '{MEANS}'")
+                    if not isinstance(record, ArrayRecord):
+                        raise ValueError(f"client {cid}: the reply to '{MEANS_ACTION}' holds '{MEANS}' as a "
+                                         f"{type(record).__name__}, not an ArrayRecord")
                     self.means[cid] = checked_means(cid, record)
                 except ValueError as err:
                     log.warning("round %s: FedMix means left out: %s", server_round, err)
