@@ -10,6 +10,8 @@ from __future__ import annotations
 
 import math
 
+import pytest
+
 from experiments.simulate import simulate
 
 JOB = {"method": "fedufo", "dataset": "mnist-5k", "partition": "shards", "fraction-train": 0.3, "local-epochs": 1,
@@ -18,6 +20,7 @@ JOB = {"method": "fedufo", "dataset": "mnist-5k", "partition": "shards", "fracti
        "federated-eval-every": 0, "checkpoint": False, "seed": 0}
 
 
+@pytest.mark.slow  # 10 clients x 4 rounds of FedUFO on mnist-5k: about 8 s on an idle core
 def test_stage_one_learns_with_momentum_and_weight_decay(tmp_path):
     doc = simulate({**JOB, "out-dir": str(tmp_path / "run")}, num_supernodes=10)
     rounds = doc["rounds"]

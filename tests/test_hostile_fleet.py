@@ -927,6 +927,7 @@ def test_identity_theft_and_a_second_use_of_a_key_are_refused_and_the_owners_tra
           f"a round on the owners 0, 1, 2 in {time.time() - t0:.1f} s")
 
 
+@pytest.mark.slow  # the fleet fixture starts a SuperLink, the proxy and three SuperNodes
 def test_a_local_process_cannot_take_any_nodes_task_from_its_runtime_api(fleet) -> None:
     """Issue 42 item 4 (task theft): every SuperNode's Runtime API (127.0.0.1:RUNTIME_PORT, reachable by any local
     user of the node host) refuses acquire-task and pull-task-input without the SuperExec secret: the TUNED
