@@ -25,6 +25,7 @@ others go on; the exit code is non-zero if any run failed.
 from __future__ import annotations
 
 import argparse
+import functools
 import json
 import shutil
 import sys
@@ -121,6 +122,26 @@ def write_split(path: Path, cfg: RunConfig, num_partitions: int) -> None:
                                                "num_partitions": num_partitions}) + "\n")
 
 
+Outcome = tuple[str, str, dict[str, Any] | None]   # ("ok" | "diverged" | "failed", message, results.json or None)
+
+
+def run_one(values: dict[str, Any], num_partitions: int, cpus_per_client: float = 1.0) -> Outcome:
+    """Simulate one run config (run-config keys, ``out-dir`` included) and record its client split beside its
+    results: ``("ok", "", results.json)``; ``("diverged", message, None)`` when too few clients' updates were usable
+    (RoundFailed), ``("failed", traceback, None)`` when it raised: the caller reports it and runs the others."""
+    from experiments.simulate import simulate
+    from strategies.client_registry import RoundFailed
+
+    try:
+        doc = simulate(values, num_supernodes=num_partitions, cpus_per_client=cpus_per_client)
+        write_split(Path(values["out-dir"]), planned_config(values), num_partitions)
+        return "ok", "", doc
+    except RoundFailed as exc:
+        return "diverged", f"RoundFailed: {exc}", None
+    except Exception:  # noqa: BLE001
+        return "failed", traceback.format_exc(), None
+
+
 def split_change(path: Path, cfg: RunConfig, num_partitions: int) -> str | None:
     """``"client split: recorded -> planned"`` when the run in ``path`` recorded a split other than the one
     ``cfg`` draws now over ``num_partitions`` clients (the partitioner or the data changed since); None when they
@@ -165,9 +186,12 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--only", nargs="*", help="run labels to run (default: all)")
     ap.add_argument("--force", action="store_true", help="re-run finished runs")
     ap.add_argument("--cpus-per-client", type=float, default=1.0)
+    ap.add_argument("--workers", type=int, default=1,
+                    help="runs at once, one process each (experiments/parallel.py; default 1: in order, here)")
     args = ap.parse_args(argv)
-
-    from experiments.simulate import simulate
+    if args.workers < 1:
+        ap.error(f"--workers must be >= 1, got {args.workers}")
+    from experiments.parallel import run_jobs
 
     doc = load_experiment(args.config)
     exp = doc["experiment"]
@@ -197,21 +221,33 @@ def main(argv: list[str] | None = None) -> int:
             if changes:
                 print(f"[redo] {name}/{label}/seed{seed}: recorded with other values ({'; '.join(changes[:4])}"
                       f"{'; ...' if len(changes) > 4 else ''})", flush=True)
-            jobs.append((label, seed, cfg))
-    failed = []
+            jobs.append(((label, seed), values))
+    failed: list[str] = []
     t_sweep = time.time()
-    for i, (label, seed, cfg) in enumerate(jobs):
-        print(f"{sweep_progress(i, len(jobs), time.time() - t_sweep)} {name}/{label}/seed{seed} ...", flush=True)
-        t0 = time.time()
-        try:
-            res = simulate(cfg, num_supernodes=num_partitions, cpus_per_client=args.cpus_per_client)
-            write_split(run_dir(name, label, seed), cfg, num_partitions)
+    started = {"at": t_sweep, "done": 0}
+
+    def announce(key: tuple[str, int]) -> bool:
+        """Say which run starts (with one worker, just before it does); never skips one."""
+        started["at"] = time.time()
+        print(f"{sweep_progress(started['done'], len(jobs), started['at'] - t_sweep)} {name}/{key[0]}/seed{key[1]} ...",
+              flush=True)
+        return False
+
+    if args.workers > 1 and len(jobs) > 1:
+        print(f"{name}: {len(jobs)} runs in {min(args.workers, len(jobs))} processes", flush=True)
+    work = functools.partial(run_one, num_partitions=num_partitions, cpus_per_client=args.cpus_per_client)
+    for (label, seed), outcome in run_jobs(jobs, work, args.workers, announce):
+        started["done"] += 1
+        took = time.time() - (started["at"] if args.workers == 1 else t_sweep)
+        assert outcome is not None  # announce never skips
+        status, message, res = outcome
+        if status == "ok" and res is not None:
             acc = res["final"].get("global_accuracy")
             print(f"[done] {name}/{label}/seed{seed}: G-FL {'not evaluated' if acc is None else f'{acc:.4f}'} "
-                  f"in {time.time() - t0:.0f}s", flush=True)
-        except Exception:  # noqa: BLE001 - keep going, report at the end
-            traceback.print_exc()
-            print(f"[FAILED] {name}/{label}/seed{seed} after {time.time() - t0:.0f}s", flush=True)
+                  f"in {took:.0f}s", flush=True)
+        else:  # keep going, report at the end
+            print(message, file=sys.stderr, flush=True)
+            print(f"[FAILED] {name}/{label}/seed{seed} after {took:.0f}s", flush=True)
             failed.append(f"{label}/seed{seed}")
     if jobs:
         print(f"{sweep_progress(len(jobs), len(jobs), time.time() - t_sweep)} {len(jobs) - len(failed)} done, "

@@ -12,22 +12,21 @@ from __future__ import annotations
 
 import argparse
 import dataclasses
+import functools
 import itertools
 import json
 import math
 import sys
 import time
-import traceback
 from pathlib import Path
 
 from typing import Any
 
-from experiments.run import (RESULTS_ROOT, is_complete, load_experiment, planned_config, sweep_progress,
-                             write_split)
+from experiments.parallel import run_jobs
+from experiments.run import RESULTS_ROOT, is_complete, load_experiment, planned_config, run_one, sweep_progress
 from experiments.tuning import (METRIC, TUNING_FILE, TuningPlan, choose, effective_budget, extend_grid, extend_knob,
                                 growable, inert_knobs, knob_edges, makeup_lrs, mean_score, on_edge, score,
                                 trial_name)
-from strategies.client_registry import RoundFailed
 
 MAX_PASSES = 12  # grid growth is bounded by max-extend per side and make-up by the largest budget: a safety cap
 
@@ -146,9 +145,11 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("config", type=Path)
     ap.add_argument("--only", nargs="*", help="run labels to tune (default: all)")
     ap.add_argument("--force", action="store_true", help="re-run finished trials")
+    ap.add_argument("--workers", type=int, default=1,
+                    help="trials run at once, one process each (experiments/parallel.py; default 1: in order, here)")
     args = ap.parse_args(argv)
-
-    from experiments.simulate import simulate
+    if args.workers < 1:
+        ap.error(f"--workers must be >= 1, got {args.workers}")
 
     doc = load_experiment(args.config)
     plan = doc["tuning"]
@@ -165,31 +166,41 @@ def main(argv: list[str] | None = None) -> int:
     makeup: dict[str, list[dict[str, Any]]] = {label: [] for label in labels}
     failed: list[str] = []
     diverged: list[str] = []  # this invocation's; a diverged trial has an unfinished results.json and reruns
-    t0, done = time.time(), 0
+    t0 = time.time()
+    progress = {"done": 0, "total": 0}  # trials run (or given up) so far, and planned so far
+
+    def given_up(key: tuple[str, dict[str, Any], int]) -> bool:
+        """A trial that failed or diverged on another seed scores NaN: its other seeds need not run (asked with
+        one worker, just before a trial starts)."""
+        gone = f"{key[0]}/{trial_name(key[1])}" in failed + diverged
+        if not gone:
+            print(f"{sweep_progress(progress['done'], progress['total'], time.time() - t0)} tune {name}/{key[0]} "
+                  f"{key[1]}" + (f" seed {key[2]}" if len(doc['tuning'].seeds) > 1 else ""), flush=True)
+        return gone
+
     for _ in range(MAX_PASSES):  # each pass: run what is missing, then grow the grid or make up a budget
         trials = {label: plan.trials(label, grid) + makeup[label] for label in labels}
         todo = [(label, t, s) for label in labels for t in trials[label] for s in plan.seeds
                 if f"{label}/{trial_name(t)}" not in failed + diverged
                 and (args.force and not _ran_now(root, label, t, plan, s, t0)
                      or not _finished(root, label, t, doc, plan, s))]
-        total = done + len(todo)
-        for label, trial, seed in todo:
-            if f"{label}/{trial_name(trial)}" in failed + diverged:  # failed on another seed: its score is NaN
-                done += 1
+        progress["total"] = progress["done"] + len(todo)
+        if args.workers > 1 and todo:
+            print(f"{sweep_progress(progress['done'], progress['total'], time.time() - t0)} tune {name}: "
+                  f"{len(todo)} trials in {min(args.workers, len(todo))} processes", flush=True)
+        jobs = [((label, trial, seed), _trial_values(doc, plan, root, label, trial, seed))
+                for label, trial, seed in todo]
+        work = functools.partial(run_one, num_partitions=_num_partitions(doc))
+        for (label, trial, seed), outcome in run_jobs(jobs, work, args.workers, given_up):
+            progress["done"] += 1
+            if outcome is None or outcome[0] == "ok":
                 continue
-            print(f"{sweep_progress(done, total, time.time() - t0)} tune {name}/{label} {trial}"
-                  + (f" seed {seed}" if len(plan.seeds) > 1 else ""), flush=True)
-            try:
-                values = _trial_values(doc, plan, root, label, trial, seed)
-                simulate(values, num_supernodes=_num_partitions(doc))
-                write_split(_trial_dir(root, label, trial, plan, seed), planned_config(values), _num_partitions(doc))
-            except RoundFailed as exc:  # too few usable updates: the trial diverged, it scores NaN
-                print(f"[diverged] {name}/{label} {trial} seed {seed}: {str(exc)[:200]}", flush=True)
+            if outcome[0] == "diverged":  # too few usable updates: the trial diverged, it scores NaN
+                print(f"[diverged] {name}/{label} {trial} seed {seed}: {outcome[1][:200]}", flush=True)
                 diverged.append(f"{label}/{trial_name(trial)}")
-            except Exception:  # noqa: BLE001 - report at the end, keep tuning the others
-                traceback.print_exc()
+            else:  # report at the end, keep tuning the others
+                print(outcome[1], file=sys.stderr, flush=True)
                 failed.append(f"{label}/{trial_name(trial)}")
-            done += 1
         per_seed = {label: [_seed_scores(root, label, t, doc, plan) for t in trials[label]] for label in labels}
         # a trial's score: its mean over the tuning seeds (tuning.mean_score; NaN never wins)
         scored = {label: [(t, mean_score(p)) for t, p in zip(trials[label], per_seed[label])] for label in labels}
