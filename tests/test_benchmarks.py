@@ -136,21 +136,6 @@ def test_exchange_clock_records_every_exchange_of_an_in_process_run(tmp_path):
     assert ex.exchange_observers() == 0                                           # detached afterwards
 
 
-def test_fedrane_profile_phases_name_functions_that_exist():
-    """bench_fedrane_round attributes cProfile entries by (file suffix, function name): each pair must name a
-    function defined in that file, or a moved module would silently profile as 0 %."""
-    import ast
-    from pathlib import Path
-
-    from benchmarks.bench_fedrane_round import PHASES
-
-    root = Path(__file__).resolve().parent.parent
-    for label, suffix, name in PHASES:
-        tree = ast.parse((root / suffix).read_text())
-        defined = {n.name for n in ast.walk(tree) if isinstance(n, (ast.FunctionDef, ast.AsyncFunctionDef))}
-        assert name in defined, f"{label}: no function {name} in {suffix}"
-
-
 def test_exchange_clock_sees_the_exchanges_of_the_method_packages_too(tmp_path):
     """The clock is an exchange observer: it sees every exchange wherever it is sent, here FedMix's means request
     (strategies/methods/fedmix.py, through the round primitive) before each new client's first round."""
@@ -335,7 +320,7 @@ def test_the_gpu_step_benchmark_restores_the_old_per_step_reads_only_in_its_befo
     import torch
 
     from benchmarks.bench_lra_gpu import make_trainer, per_step_syncs, timed_fit
-    from benchmarks.bench_lra_ops import OpCounter
+    from tests._op_counter import OpCounter
 
     syncs, losses = {}, {}
     for mode in ("before", "after"):
