@@ -312,32 +312,3 @@ def test_report_summary_lines_for_the_floor_and_the_sweep():
     assert "0.980, at most 1 model build(s)" in sweep_line and "+0.04 MiB" in sweep_line
     assert "1.345, 100 builds per run, +1.72 MiB" in sweep_line
     assert summary_lines(None, None) == []
-
-
-def test_the_gpu_step_benchmark_restores_the_old_per_step_reads_only_in_its_before_mode():
-    """benchmarks/bench_lra_gpu.py's two modes on the CPU: 'before' reads the loss, the L_CD value and the graph
-    density to the host every step (3 synchronisations, as the code before), 'after' none; both train the same."""
-    import torch
-
-    from benchmarks.bench_lra_gpu import make_trainer, per_step_syncs, timed_fit
-    from tests._op_counter import OpCounter
-
-    syncs, losses = {}, {}
-    for mode in ("before", "after"):
-        trainer = make_trainer("fedrane", 2, torch.device("cpu"))
-        with OpCounter() as counter:
-            if mode == "before":
-                with per_step_syncs():
-                    stats = trainer.fit()
-            else:
-                stats = trainer.fit()
-        syncs[mode], losses[mode] = counter.syncs, stats.loss_sum
-        assert stats.steps == 2
-    assert syncs == {"before": 6, "after": 0}
-    assert losses["before"] == losses["after"]
-    fedavg = make_trainer("fedavg", 2, torch.device("cpu"))
-    with OpCounter() as counter:
-        stats = fedavg.fit()
-    assert counter.syncs == 0 and stats.steps == 2     # the one local loop reads nothing per step either
-    seconds, steps = timed_fit(make_trainer("fedavg", 1, torch.device("cpu")), torch.device("cpu"))
-    assert steps == 1 and seconds > 0
