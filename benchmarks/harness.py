@@ -221,15 +221,6 @@ def load_result(name: str) -> dict[str, Any] | None:
     return json.loads(path.read_text()) if path.exists() else None
 
 
-def print_report(name: str, render: Callable[[dict[str, Any]], str], missing: str | None = None) -> None:
-    """``--report``: print ``render`` of benchmarks/results/<name>.json; exit with ``missing`` (default: a line
-    naming the file) when the benchmark has not written it yet."""
-    res = load_result(name)
-    if res is None:
-        raise SystemExit(missing or f"no benchmarks/results/{name}.json: run the benchmark first")
-    print(render(res))
-
-
 # ------------------------------------------------------------------------------------- command line
 def parser(doc: str | None, summary: bool = False) -> argparse.ArgumentParser:
     """A benchmark's argument parser: ``doc`` (its module docstring) as the help text, kept as written, or

@@ -136,21 +136,6 @@ def test_exchange_clock_records_every_exchange_of_an_in_process_run(tmp_path):
     assert ex.exchange_observers() == 0                                           # detached afterwards
 
 
-def test_fedrane_profile_phases_name_functions_that_exist():
-    """bench_fedrane_round attributes cProfile entries by (file suffix, function name): each pair must name a
-    function defined in that file, or a moved module would silently profile as 0 %."""
-    import ast
-    from pathlib import Path
-
-    from benchmarks.bench_fedrane_round import PHASES
-
-    root = Path(__file__).resolve().parent.parent
-    for label, suffix, name in PHASES:
-        tree = ast.parse((root / suffix).read_text())
-        defined = {n.name for n in ast.walk(tree) if isinstance(n, (ast.FunctionDef, ast.AsyncFunctionDef))}
-        assert name in defined, f"{label}: no function {name} in {suffix}"
-
-
 def test_exchange_clock_sees_the_exchanges_of_the_method_packages_too(tmp_path):
     """The clock is an exchange observer: it sees every exchange wherever it is sent, here FedMix's means request
     (strategies/methods/fedmix.py, through the round primitive) before each new client's first round."""
@@ -327,32 +312,3 @@ def test_report_summary_lines_for_the_floor_and_the_sweep():
     assert "0.980, at most 1 model build(s)" in sweep_line and "+0.04 MiB" in sweep_line
     assert "1.345, 100 builds per run, +1.72 MiB" in sweep_line
     assert summary_lines(None, None) == []
-
-
-def test_the_gpu_step_benchmark_restores_the_old_per_step_reads_only_in_its_before_mode():
-    """benchmarks/bench_lra_gpu.py's two modes on the CPU: 'before' reads the loss, the L_CD value and the graph
-    density to the host every step (3 synchronisations, as the code before), 'after' none; both train the same."""
-    import torch
-
-    from benchmarks.bench_lra_gpu import make_trainer, per_step_syncs, timed_fit
-    from benchmarks.bench_lra_ops import OpCounter
-
-    syncs, losses = {}, {}
-    for mode in ("before", "after"):
-        trainer = make_trainer("fedrane", 2, torch.device("cpu"))
-        with OpCounter() as counter:
-            if mode == "before":
-                with per_step_syncs():
-                    stats = trainer.fit()
-            else:
-                stats = trainer.fit()
-        syncs[mode], losses[mode] = counter.syncs, stats.loss_sum
-        assert stats.steps == 2
-    assert syncs == {"before": 6, "after": 0}
-    assert losses["before"] == losses["after"]
-    fedavg = make_trainer("fedavg", 2, torch.device("cpu"))
-    with OpCounter() as counter:
-        stats = fedavg.fit()
-    assert counter.syncs == 0 and stats.steps == 2     # the one local loop reads nothing per step either
-    seconds, steps = timed_fit(make_trainer("fedavg", 1, torch.device("cpu")), torch.device("cpu"))
-    assert steps == 1 and seconds > 0

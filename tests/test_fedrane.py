@@ -249,12 +249,12 @@ def test_fedrane_simulation_learns(tmp_path):
 def test_a_local_step_makes_no_host_synchronisation_and_the_running_means_equal_pythons_sums(method, monkeypatch):
     """On a GPU each float(t) / bool(t) / .item() of a step stalls the host until the device's queue drains.
     Before this change a FedRANE step made 3 (the loss, the L_CD mean, the graph density), a fedrane-code
-    step 5 (+ the mixup term, a second graph); now the running sums stay on the device (benchmarks/bench_lra_ops
-    counts them: ``syncs_per_step``). The values read once at the end are Python's float sums bit for bit.
+    step 5 (+ the mixup term, a second graph); now the running sums stay on the device (tests/_op_counter.py
+    counts them). The values read once at the end are Python's float sums bit for bit.
     On the complete graph (lra-cut none: the fmnist presets, fedrane-code's default); the SLIM solve of the
     row-mean cut keeps its data-dependent stops (convergence of the alternation, the Cholesky fallback)."""
-    from benchmarks.bench_lra_ops import OpCounter
     from models.device_sum import DeviceSum
+    from tests._op_counter import OpCounter
 
     c = cfg(method=method, local_epochs=2, **({"fedrane.lra-cut": "none"} if method == "fedrane" else
                                                {"fedrane-code.drop-last": False}))
@@ -292,3 +292,20 @@ def test_a_local_step_makes_no_host_synchronisation_and_the_running_means_equal_
     with OpCounter() as counter:
         trainer.extra_metrics(stats)
     assert counter.syncs == len(terms) + 1           # each running sum, and the graph density, read once here
+
+
+def test_fedavgs_local_loop_makes_no_host_synchronisation_per_step():
+    """The one local loop every method trains through reads nothing to the host per step either (its running loss
+    stays on the device): FedAvg's trainer, 1 and 2 local epochs, no synchronisation in either."""
+    from flcore.registry import get_method, resolve
+    from tests._op_counter import OpCounter
+
+    c = cfg(method="fedavg")
+    syncs = {}
+    for epochs in (1, 2):
+        run = RunConfig.from_dict({**c.to_dict(), "local-epochs": epochs})
+        trainer = resolve(get_method("fedavg").trainer)(job(run, build_model(run, (1, 8, 8), 10)))
+        with OpCounter() as counter:
+            stats = trainer.fit()
+        syncs[epochs] = (counter.syncs, stats.steps)
+    assert syncs == {1: (0, 3), 2: (0, 6)}
