@@ -8,6 +8,9 @@
 #     WORKERS=16 bash scripts/fmnist_claim_gpu.sh  # processes at once (default: 16 for tuning, 20 for the runs)
 #
 # Resumable like both commands: what finished before the deadline is kept and a second call does the rest.
+# PACK=out.tgz packs the result files alone at the end: the whole folder holds every run's model and plots
+# (over 16 MiB for 36 runs), which a lease's file return refuses; the first lease's results were lost that way
+# (2026-12-04: its log is results/claim-fedrane-fmnist-dir01/gpu-twin-log.txt).
 # Results: results/claim-fedrane-fmnist-dir01-gpu/ (python -m experiments.report tabulates them).
 set -euo pipefail
 cd "$(dirname "$0")/.."
@@ -30,3 +33,9 @@ if [ "$(left)" -gt 30 ] && [ -f results/claim-fedrane-fmnist-dir01-gpu/tuning.js
   timeout "$(left)" "$py" -m experiments.run "$cfg" --workers "${WORKERS:-20}" || echo "runs stopped (deadline or a failed run) after $(( $(date +%s) - t1 )) s"
 fi
 echo "done in $(( $(date +%s) - t0 )) s"
+# PACK=<file.tgz>: the result files alone (no models or plots), small enough to come back from a lease
+if [ -n "${PACK:-}" ]; then
+  find results/claim-fedrane-fmnist-dir01-gpu \( -name results.json -o -name metrics.csv -o -name client_split.json \
+    -o -name '*.toml' -o -name tuning.json -o -name test_split.json \) | tar czf "$PACK" -T -
+  echo "packed $(du -h "$PACK" | cut -f1) into $PACK"
+fi
