@@ -180,8 +180,18 @@ def registry(tmp_path, monkeypatch):
     return folder
 
 
+def _sleeping(proc: subprocess.Popen) -> subprocess.Popen:
+    """``proc`` once it runs ``sleep`` (Popen returns after the fork: until the exec, /proc shows the parent's
+    command line and environment, which a loaded machine made visible to the scans below); a hang guard, no budget."""
+    deadline = time.monotonic() + 30
+    while Path(f"/proc/{proc.pid}/cmdline").read_bytes().split(b"\0")[0] != b"sleep":
+        assert time.monotonic() < deadline, f"pid {proc.pid} did not exec sleep"
+        time.sleep(0.01)
+    return proc
+
+
 def _tagged_sleeper(token: str) -> subprocess.Popen:
-    return subprocess.Popen(["sleep", "120"], env={**os.environ, TAG_VAR: token})
+    return _sleeping(subprocess.Popen(["sleep", "120"], env={**os.environ, TAG_VAR: token}))
 
 
 def _record(folder: Path, token: str, pid: int, start, temp_dir: Path | None = None) -> Path:
@@ -244,7 +254,7 @@ def test_a_session_tags_its_processes_and_ends_those_left_at_close(registry, mon
     rec = json.loads(session.record.read_text())
     assert rec["driver_pid"] == os.getpid() and rec["out_dir"] == "/runs/y" and os.environ[TAG_VAR] == session.token
     assert session.temp_dir.is_dir() and session.temp_dir.parent == tmp_path
-    child = subprocess.Popen(["sleep", "120"])  # inherits the tag, as Ray's processes do
+    child = _sleeping(subprocess.Popen(["sleep", "120"]))  # inherits the tag, as Ray's processes do
     assert session.processes() == {child.pid: "sleep 120"}
     session.close(wait_s=0.5)
     assert child.wait(timeout=10) == -signal.SIGTERM
