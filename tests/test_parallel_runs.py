@@ -21,6 +21,7 @@ def _numbers(path):
     return [{k: v for k, v in row.items() if "time" not in k} for row in [*doc["rounds"], doc["final"]]]
 
 
+@pytest.mark.slow  # spawns worker processes (each imports torch): about a minute on 2 cores
 def test_workers_give_the_numbers_and_choices_of_one_process(tmp_path, monkeypatch):
     cfg = tmp_path / "tiny.toml"
     cfg.write_text(CONFIG)
@@ -43,6 +44,7 @@ def test_workers_give_the_numbers_and_choices_of_one_process(tmp_path, monkeypat
             "client_split.json").read_text()
 
 
+@pytest.mark.slow  # spawns two worker processes
 def test_a_failing_job_is_reported_and_the_others_finish(tmp_path):
     good = {"method": "fedavg", "dataset": "digits", "model": "logistic", "num-server-rounds": 1,
             "max-local-steps": 2, "out-dir": str(tmp_path / "good")}
