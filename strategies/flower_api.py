@@ -20,9 +20,9 @@ from __future__ import annotations
 
 import logging
 import math
-from typing import TYPE_CHECKING, Any, Callable, Iterable, Mapping
+from typing import TYPE_CHECKING, Any, Callable, Iterable
 
-from flwr.app import ArrayRecord, ConfigRecord, Message, MetricRecord, RecordDict
+from flwr.app import ArrayRecord, ConfigRecord, Message, MetricRecord
 from flwr.serverapp import Grid
 from flwr.serverapp.strategy import Result, Strategy
 
@@ -37,7 +37,9 @@ from strategies.exchange import Failure, sort_replies
 if TYPE_CHECKING:
     from flcore.named_arrays import Params
     from strategies.client_registry import ClientInfo
-    from strategies.update_checks import ClientUpdate
+    from strategies.round_driver import RoundSteps as _RoundSteps
+else:
+    _RoundSteps = object  # the type checker's view only: FLStrategy (strategies/base.py) defines the steps
 
 log = logging.getLogger("noniid_fl")
 
@@ -46,7 +48,7 @@ class StartNotSupported(TypeError):
     """The method cannot be driven by Flower's ``Strategy.start()`` (several exchanges per round)."""
 
 
-class FlowerStrategyAPI(Strategy):
+class FlowerStrategyAPI(Strategy, _RoundSteps):
     """FLStrategy's face to Flower: flwr.serverapp.strategy.Strategy (``start()`` + its five methods), over the
     strategy's public steps (``refresh_clients``, ``sample``, ``train_content``, ``collect_updates``,
     ``aggregate``, ``evaluate_content``, ``round_metrics``) and its client registry (``registry``). It keeps only
@@ -55,24 +57,11 @@ class FlowerStrategyAPI(Strategy):
     cfg: RunConfig
     registry: ClientRegistry
 
-    if TYPE_CHECKING:  # the strategy's steps this face calls (FLStrategy, strategies/base.py, defines them)
+    if TYPE_CHECKING:  # the steps this face calls beyond a round's (RoundSteps); FLStrategy defines them
         @property
         def clients(self) -> dict[int, ClientInfo]: ...
 
         def refresh_clients(self, grid: Grid, wait: bool = True, server_round: int = 0) -> None: ...
-
-        def sample(self, server_round: int) -> list[int]: ...
-
-        def train_content(self, server_round: int, cid: int, params: Params,
-                          message_config: dict[str, Any] | None = None) -> RecordDict: ...
-
-        def evaluate_content(self, server_round: int, cid: int, params: Params,
-                             message_config: dict[str, Any] | None = None) -> RecordDict: ...
-
-        def collect_updates(self, server_round: int, replies: Mapping[int, Any], reference: Params,
-                            phase: str = "train") -> tuple[list[ClientUpdate], list[Failure]]: ...
-
-        def aggregate(self, server_round: int, params: Params, updates: list[ClientUpdate]) -> Params: ...
 
         def round_metrics(self) -> dict[str, Any]: ...
 
