@@ -40,12 +40,14 @@ FLOWER_PARTITIONS = ("iid", "dirichlet", "shards")
 
 def pool_dataset(labels: np.ndarray, seed: int):
     """The training pool as a ``datasets.Dataset`` (``label``, ``index``), shuffled with ``seed`` as
-    FederatedDataset shuffles a dataset before partitioning it."""
+    FederatedDataset shuffles a dataset before partitioning it. In the Arrow format: a column then reads as one
+    Arrow array (the python format's lazy column is read row by row, 7x slower over 60,000 labels; the same
+    rows either way)."""
     import datasets
 
     labels = np.asarray(labels, dtype=np.int64)
     ds = datasets.Dataset.from_dict({"label": labels, "index": np.arange(len(labels), dtype=np.int64)})
-    return ds.shuffle(seed=int(seed))
+    return ds.shuffle(seed=int(seed)).with_format("arrow")
 
 
 def make_partitioner(partition: str, num_partitions: int, seed: int, *, alpha: float = 0.5, shards: int = 2,
@@ -80,7 +82,7 @@ def flower_partition(labels: np.ndarray, partition: str, num_partitions: int, se
     try:
         with warnings.catch_warnings():  # each Dirichlet redraw warns; the outcome is what matters
             warnings.simplefilter("ignore", UserWarning)
-            parts = [np.sort(np.asarray(partitioner.load_partition(k)["index"], dtype=np.int64))
+            parts = [np.sort(partitioner.load_partition(k)["index"].to_numpy().astype(np.int64, copy=False))
                      for k in range(num_partitions)]
     except ValueError as exc:
         raise PartitionError(f"{what} over {num_partitions} clients: flwr-datasets refused it ({exc}); use fewer "

@@ -17,7 +17,7 @@ from __future__ import annotations
 
 import importlib
 import secrets
-from typing import Any, Iterable, Mapping, cast
+from typing import Any, ClassVar, Iterable, Mapping, cast
 
 from flwr.app import Context, Message, RecordDict
 from flwr.serverapp import Grid
@@ -89,6 +89,9 @@ class InProcessGrid(Grid):
     ``run_config`` is every node's ``context.run_config`` (what ``flwr run`` gives a ClientApp).
     ``record_sent`` keeps every pushed message in ``sent`` (for tests; off by default: it grows).
     """
+
+    #: every node is made with the grid (none registers later): the server counts them without waiting
+    nodes_fixed_at_start: ClassVar[bool] = True
 
     def __init__(self, num_nodes: int, first_node_id: int | None = 1000, *, run_config: Mapping[str, Any] | None = None,
                  client_app: str | ClientAppFn = DEFAULT_CLIENT_APP, run_id: int = 1, record_sent: bool = False) -> None:

@@ -1,6 +1,8 @@
-"""The `noniid-fl` command in a subprocess: every bad config refused before any engine starts (exit code 2,
-within 3 s, one to three lines naming the key, the bad value and what is allowed, no traceback), the
-listings (`methods`, `config [METHOD]`) against the registry and the declarations, `--help` on each."""
+"""The `noniid-fl` command: every bad config refused before any engine starts (exit code 2, one to three lines
+naming the key, the bad value and what is allowed, no traceback), the listings (`methods`, `config [METHOD]`)
+against the registry and the declarations, `--help` on each. The refusal cases call the command's ``main`` in
+this process (what ``python -m cli`` runs, less the process); the entry point itself (its exit code, that a
+refusal imports no engine, ``--verbose``, the listings) runs in a subprocess."""
 
 from __future__ import annotations
 
@@ -29,6 +31,21 @@ def cli(*args: str, cwd: Path) -> tuple[subprocess.CompletedProcess, float]:
     proc = subprocess.run([sys.executable, "-m", "cli", *args], cwd=cwd, env=env, capture_output=True, text=True,
                           timeout=120)
     return proc, time.perf_counter() - t0
+
+
+def refuse(*args: str, cwd: Path, capsys: pytest.CaptureFixture[str],
+           monkeypatch: pytest.MonkeyPatch) -> tuple[int, str]:
+    """The command's ``main`` on ``args`` in this process, in ``cwd``; returns (exit code, stdout + stderr)."""
+    from cli.main import main
+
+    monkeypatch.chdir(cwd)
+    capsys.readouterr()
+    try:
+        code = main(list(args))
+    except SystemExit as exc:  # argparse's own usage errors exit
+        code = int(exc.code or 0)
+    out = capsys.readouterr()
+    return code, out.out + out.err
 
 
 def _prepare(tmp_path: Path) -> dict[str, str]:
@@ -77,16 +94,26 @@ if not HAS_GPU_DRIVER:  # on a GPU machine device='cuda' is a valid config (chec
 
 
 @pytest.mark.parametrize("overrides, extra, words", [c[1:] for c in CASES], ids=[c[0] for c in CASES])
-def test_bad_config_is_refused_before_any_engine_naming_the_key(tmp_path, overrides, extra, words):
+def test_bad_config_is_refused_before_any_engine_naming_the_key(tmp_path, overrides, extra, words, capsys,
+                                                                 monkeypatch):
     paths = _prepare(tmp_path)
-    proc, _ = cli("run", *extra, "-c", overrides.format(**paths), cwd=tmp_path)
-    out = (proc.stdout + proc.stderr).strip()
-    assert proc.returncode == 2, out
+    code, out = refuse("run", *extra, "-c", overrides.format(**paths), cwd=tmp_path, capsys=capsys,
+                       monkeypatch=monkeypatch)
+    out = out.strip()
+    assert code == 2, out
     assert 1 <= len(out.splitlines()) <= 3 and "Traceback" not in out, out
     assert out.startswith("noniid-fl: error:"), out
     for word in words:
         assert word.format(**paths) in out, (word, out)
     assert not (tmp_path / "runs").exists()  # nothing was created
+
+
+def test_the_entry_point_exits_2_with_mains_one_line_refusal(tmp_path):
+    proc, _ = cli("run", "-c", "method='fedprx'", cwd=tmp_path)
+    assert proc.returncode == 2 and proc.stdout == ""
+    assert proc.stderr.strip().splitlines() == [
+        line for line in proc.stderr.strip().splitlines() if line.startswith("noniid-fl: error:")], proc.stderr
+    assert "'fedprx'" in proc.stderr and "did you mean 'fedprox'" in proc.stderr
 
 
 def test_verbose_adds_the_traceback(tmp_path):

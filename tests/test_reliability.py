@@ -12,7 +12,8 @@ import torch
 
 from flcore.config import ConfigError, RunConfig, resolve_run_config
 from server_app.checkpoint import CheckpointError
-from server_app.runner import run_federation
+import server_app.runner as runner
+from server_app.runner import run_federation, wait_for_nodes_to_settle
 from strategies.base import RoundFailed
 from tests.fakegrid import FakeGrid
 
@@ -173,6 +174,8 @@ def test_a_node_that_cannot_register_is_recorded_and_asked_again_with_back_off(t
 class GrowingGrid(FakeGrid):
     """Nodes appear a few at a time, as Flower's Ray simulation registers them while the ServerApp runs."""
 
+    nodes_fixed_at_start = False
+
     def __init__(self, num_nodes: int, per_look: int) -> None:
         super().__init__(num_nodes)
         self.visible, self.per_look = 0, per_look
@@ -180,6 +183,18 @@ class GrowingGrid(FakeGrid):
     def get_node_ids(self):
         self.visible = min(len(self.node_ids), self.visible + self.per_look)
         return self.node_ids[:self.visible]
+
+
+def test_a_grid_whose_nodes_are_fixed_is_counted_without_polling(monkeypatch):
+    """The in-process grids make every node with the grid: counted at the first look, no poll interval waited
+    (a growing grid still polls until its count is stable, the test below)."""
+    def no_sleep(seconds):
+        raise AssertionError(f"waited {seconds} s for a grid whose nodes cannot change")
+
+    monkeypatch.setattr(runner.time, "sleep", no_sleep)
+    assert wait_for_nodes_to_settle(FakeGrid(5), timeout=30.0) == 5
+    with pytest.raises(AssertionError, match="waited"):
+        wait_for_nodes_to_settle(GrowingGrid(6, per_look=2), timeout=30.0)
 
 
 def test_the_federation_is_counted_once_every_node_has_registered(tmp_path):
