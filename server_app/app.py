@@ -1,4 +1,5 @@
-"""The ServerApp: pre-flight checks on the run config, then hand over to the round driver.
+"""The ServerApp: pre-flight checks on the run config, then hand over to the round driver; at the end the accuracy
+plot (accuracy.png) of the rounds it returns.
 
 The checks are the ones ``noniid-fl run`` makes (server_app/preflight.py) but the device (in a deployment the
 clients' GPUs are theirs: each client refuses ``device='cuda'`` without CUDA at registration): a bad config is
@@ -16,6 +17,7 @@ from flwr.serverapp import Grid, ServerApp
 from flcore.config import ConfigError
 from server_app.outputs import prepare_out_dir
 from server_app.preflight import check
+from server_app.results import plot_accuracy
 from server_app.runner import run_federation
 from server_app.worker_watch import WorkerWatchGrid
 
@@ -31,4 +33,5 @@ def main(grid: Grid, context: Context) -> None:
         log.error("noniid-fl: refused before round 1: %s", exc)
         raise ConfigError(str(exc)) from None
     prepare_out_dir(cfg.out_dir, cfg.overwrite, cfg.resume_from)
-    run_federation(WorkerWatchGrid(grid, resume_hint=cfg.out_dir), cfg)  # crashed Ray workers: server_app/worker_watch.py
+    doc = run_federation(WorkerWatchGrid(grid, resume_hint=cfg.out_dir), cfg)  # crashed Ray workers: worker_watch.py
+    plot_accuracy(doc["rounds"], f"{cfg.method} on {cfg.dataset}", cfg.out_path / "accuracy.png")  # check() resolved it

@@ -213,26 +213,29 @@ class ResultsWriter:
                 w.writerow({c: scalar_of(row, c) for c in columns})
         return path
 
-    def plot(self) -> Path | None:
-        if not self.rounds:
-            return None
-        from matplotlib.figure import Figure  # no pyplot: no global figure manager, no backend switch
 
-        x = [r["round"] for r in self.rounds]
-        fig = Figure(figsize=(6, 4))
-        ax = fig.subplots()
-        fig.subplots_adjust(left=0.11, right=0.97, bottom=0.12, top=0.92)  # fixed margins: tight_layout cost 40 %
-        for key, label in (("global_accuracy", "G-FL (global model, global test)"),
-                           ("val_accuracy", "global model, validation splits"),
-                           ("local_accuracy", "P-FL (local models, local test)")):
-            y = [r.get(key) for r in self.rounds]
-            if any(v is not None for v in y):
-                ax.plot(x, [v if v is not None else float("nan") for v in y], marker="o", ms=3, label=label)
-        ax.set_xlabel("round")
-        ax.set_ylabel("accuracy")
-        ax.set_title(f"{self.cfg.method} on {self.cfg.dataset}")
-        ax.grid(alpha=0.3)
-        ax.legend()
-        path = self.out_dir / "accuracy.png"
-        fig.savefig(path, dpi=100)
-        return path
+def plot_accuracy(rounds: list[dict[str, Any]], title: str, path: Path) -> Path | None:
+    """accuracy.png of a run's rounds: G-FL, validation and P-FL accuracy per round (the lines a run has). Drawn
+    by the ServerApp after the loop (server_app/app.py), not by run_federation: about 50 ms of matplotlib, the
+    largest cost of a tiny run, that the library's callers (tests, benchmarks) do not look at."""
+    if not rounds:
+        return None
+    from matplotlib.figure import Figure  # no pyplot: no global figure manager, no backend switch
+
+    x = [r["round"] for r in rounds]
+    fig = Figure(figsize=(6, 4))
+    ax = fig.subplots()
+    fig.subplots_adjust(left=0.11, right=0.97, bottom=0.12, top=0.92)  # fixed margins: tight_layout cost 40 %
+    for key, label in (("global_accuracy", "G-FL (global model, global test)"),
+                       ("val_accuracy", "global model, validation splits"),
+                       ("local_accuracy", "P-FL (local models, local test)")):
+        y = [r.get(key) for r in rounds]
+        if any(v is not None for v in y):
+            ax.plot(x, [v if v is not None else float("nan") for v in y], marker="o", ms=3, label=label)
+    ax.set_xlabel("round")
+    ax.set_ylabel("accuracy")
+    ax.set_title(title)
+    ax.grid(alpha=0.3)
+    ax.legend()
+    fig.savefig(path, dpi=100)
+    return path

@@ -267,11 +267,10 @@ def round_line(run: Run, rnd: int, row: dict[str, Any], t_rounds: float) -> str:
 
 
 def finish(run: Run) -> dict[str, Any]:
-    """Write results.json, metrics.csv, the plot and the final model; the results document."""
+    """Write results.json, metrics.csv and the final model; the results document (the plot is the ServerApp's)."""
     results, num_clients = run.results, run.num_clients
     path = results.write(num_clients)
     results.write_csv()
-    results.plot()
     torch.save({k: torch.from_numpy(np.asarray(v)) for k, v in run.params.items()}, run.cfg.out_path / "final_model.pt")
     doc: dict[str, Any] = {"run_config": results.run_config, "rounds": results.rounds, "final": results.final(num_clients)}
     note = divergence_note(results.rounds, run.cfg, majority_share(run.eval_sets.get("global")))
