@@ -17,7 +17,6 @@ import math
 from dataclasses import dataclass
 from typing import Sequence
 
-from scipy import stats as _st
 
 CONFIDENCE = 0.95
 VERDICTS = ("reproduced", "smaller than claimed", "inconclusive", "contradicted")
@@ -51,6 +50,8 @@ def paired_gain(differences: Sequence[float], confidence: float = CONFIDENCE) ->
     se = sd / math.sqrt(n)
     if se == 0:
         return PairedGain(n, mean, 0.0, (mean, mean), 0.0 if mean != 0 else 1.0, confidence)
+    from scipy import stats as _st  # 1 s to import: only when an interval is computed, not on every collection
+
     half = float(_st.t.ppf(0.5 + confidence / 2, n - 1)) * se
     p = float(2 * _st.t.sf(abs(mean) / se, n - 1))
     return PairedGain(n, mean, sd, (mean - half, mean + half), p, confidence)

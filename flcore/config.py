@@ -23,6 +23,7 @@ import difflib
 import functools
 from dataclasses import dataclass, field, fields
 from pathlib import Path
+from types import MappingProxyType
 from typing import Any, Mapping, TypeVar
 
 from flcore.common import DATASETS, DEVICES, ENGINES, HEADS, MODELS, PARTITIONS, CommonConfig
@@ -43,9 +44,14 @@ def section_classes() -> list[type[Section]]:
     return [CommonConfig, *sections()]
 
 
-def all_specs() -> dict[str, KeySpec]:
-    """Every run-config key, as declared (common keys first)."""
-    return {s.key: s for cls in section_classes() for s in cls.specs()}
+def all_specs() -> Mapping[str, KeySpec]:
+    """Every run-config key, as declared (common keys first); read-only, worked out once per set of sections."""
+    return _specs_of(tuple(section_classes()))
+
+
+@functools.lru_cache(maxsize=4)
+def _specs_of(classes: tuple[type[Section], ...]) -> Mapping[str, KeySpec]:
+    return MappingProxyType({s.key: s for cls in classes for s in cls.specs()})
 
 
 def _unknown_key_error(key: str, known: Mapping[str, KeySpec]) -> ConfigError:

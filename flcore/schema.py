@@ -106,6 +106,31 @@ def check_bounds(key: str, value: Any, meta: Mapping[str, Any], typ: str) -> Non
 
 
 @dataclass(frozen=True)
+class DeclaredField:
+    """One field of a section as parse() and specs() read it: attribute name, run-config key, type, default and
+    the bounds and doc of :func:`param`."""
+
+    name: str
+    key: str
+    type: str
+    default: Any
+    meta: Mapping[str, Any]
+
+
+_DECLARED: dict[type, tuple[DeclaredField, ...]] = {}
+
+
+def declared_fields(cls: type[Section]) -> tuple[DeclaredField, ...]:
+    """The fields of section class ``cls``, worked out once per class (a class's fields never change): parsing a
+    run config walks about 90 sections, and every run and message parses one."""
+    found = _DECLARED.get(cls)
+    if found is None:
+        found = _DECLARED[cls] = tuple(DeclaredField(f.name, cls.key_of(f.name), type_name(f), f.default, f.metadata)
+                                       for f in fields(cls))
+    return found
+
+
+@dataclass(frozen=True)
 class Section:
     """Base of every config section; ``NAME`` is its table ("" = the flat common keys)."""
 
@@ -118,22 +143,17 @@ class Section:
 
     @classmethod
     def specs(cls) -> list[KeySpec]:
-        out = []
-        for f in fields(cls):
-            typ = type_name(f)
-            out.append(KeySpec(cls.key_of(f.name), typ, f.default, f.metadata.get("doc", ""),
-                               _allowed(f.metadata, typ), f.metadata.get("old")))
-        return out
+        return [KeySpec(d.key, d.type, d.default, d.meta.get("doc", ""), _allowed(d.meta, d.type), d.meta.get("old"))
+                for d in declared_fields(cls)]
 
     @classmethod
     def parse(cls: type[S], values: Mapping[str, Any]) -> S:
         """The section from a flat run-config mapping; absent keys take their declared default."""
         kwargs = {}
-        for f in fields(cls):
-            key, typ = cls.key_of(f.name), type_name(f)
-            value = coerce(key, values[key], typ) if key in values else f.default
-            check_bounds(key, value, f.metadata, typ)
-            kwargs[f.name] = value
+        for d in declared_fields(cls):
+            value = coerce(d.key, values[d.key], d.type) if d.key in values else d.default
+            check_bounds(d.key, value, d.meta, d.type)
+            kwargs[d.name] = value
         obj = cls(**kwargs)
         obj.check()
         return obj
@@ -155,7 +175,7 @@ class Section:
         the one that runs; raise ConfigError naming the keys. No section parses another: it is handed over."""
 
     def to_dict(self) -> dict[str, Any]:
-        return {self.key_of(f.name): getattr(self, f.name) for f in fields(self)}
+        return {d.key: getattr(self, d.name) for d in declared_fields(type(self))}
 
     def replace(self: S, **changes: Any) -> S:
         return dataclasses.replace(self, **changes)

@@ -9,8 +9,15 @@ Markers (pyproject.toml declares ``slow``):
 """
 
 import os
+import sys
 
 os.environ.setdefault("OMP_NUM_THREADS", "1")
+# Bytecode caches on, for this process and the ones it starts (xdist workers, CLI and Flower subprocesses):
+# with PYTHONDONTWRITEBYTECODE set (some shells and sandboxes set it), pytest re-rewrites the asserts of every
+# test module in every worker on every run, 7.5 s of each worker's 15 s collection; the caches are
+# __pycache__ folders, which .gitignore lists.
+sys.dont_write_bytecode = False
+os.environ.pop("PYTHONDONTWRITEBYTECODE", None)
 
 import torch  # noqa: E402
 

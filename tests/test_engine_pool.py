@@ -162,8 +162,10 @@ def test_spawned_workers_need_an_importable_app_and_work():
         g.close()
 
 
+@pytest.mark.slow
 def test_workers_end_when_the_driver_is_killed(tmp_path):
-    """A driver killed with SIGKILL cannot stop its workers: they notice and exit by themselves."""
+    """A driver killed with SIGKILL cannot stop its workers: they notice and exit by themselves. Slow tier: it
+    starts a driver process (4 s of imports)."""
     import signal
     import subprocess
     import sys

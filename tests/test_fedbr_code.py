@@ -7,6 +7,7 @@ from __future__ import annotations
 import json
 from dataclasses import fields
 
+import pytest
 import torch
 
 from flcore.config import RunConfig, resolve_run_config
@@ -26,9 +27,10 @@ def test_the_recipe_is_the_authors_rotatedmnist_hyperparameters_each_with_its_so
     assert not get_method("fedbr").recipe  # the paper's method has no recipe of its own
 
 
+@pytest.mark.slow
 def test_a_fedbr_code_run_with_nothing_else_set_records_the_recipe(tmp_path):
-    """A real (tiny) federation: only the dataset, rounds and output folder set; results.json's run config
-    shows the recipe, and the paper's fedbr keeps the library defaults."""
+    """A real federation (one round, but the recipe's 50 local steps of the DomainBed CNN: 7 s, so slow tier):
+    only the dataset, rounds and output folder set; results.json's run config shows the recipe."""
     from server_app.runner import run_federation
     from tests.fakegrid import FakeGrid
 
@@ -38,6 +40,11 @@ def test_a_fedbr_code_run_with_nothing_else_set_records_the_recipe(tmp_path):
     recorded = json.loads((tmp_path / "run" / "results.json").read_text())["run_config"]
     assert {k: recorded[k] for k in RECIPE} == RECIPE
     assert recorded["fedbr-code.mixture-partners"] == "batch" and recorded["fedbr-code.global-features"] == "round"
+
+
+def test_the_recipe_is_what_a_fedbr_code_config_resolves_to_and_the_users_values_win():
+    """The resolved run config of a fedbr-code run that sets nothing is the recipe; the paper's fedbr keeps the
+    library defaults; a value the user sets wins over the recipe."""
     alone = RunConfig.from_dict(resolve_run_config({"method": "fedbr-code"})).to_dict()  # truly nothing else
     assert {k: alone[k] for k in RECIPE} == RECIPE and alone["preset-applied"] is True
     paper = resolve_run_config({"method": "fedbr"})

@@ -19,7 +19,7 @@ from client_app.state import ClientState
 from client_app.trainers.base import ClientData, TrainJob
 from client_app.trainers.fedbr import shared
 from client_app.trainers.fedbr.pseudo_data import fit_shape, proxy_means, shared_rsm_pseudo_data
-from client_app.trainers.fedbr.shared import ProxyDataError, proxy_seed, proxy_set, set_seed
+from client_app.trainers.fedbr.shared import ProxyDataError, proxy_seed, proxy_set, set_seed, shared_rsm
 from client_app.trainers.fedbr.trainer import FedBRTrainer
 from data_partitioning import datasets
 from data_partitioning.datasets import load_pool
@@ -139,14 +139,6 @@ def test_the_proxy_set_is_one_set_on_every_client_and_in_every_process():
         assert torch.equal(got, a) and torch.allclose(q, torch.full((8, 10), 0.1))
     shared._proxy_set.cache_clear()
     assert torch.equal(proxy_set(cfg, br_config(cfg), (1, 8, 8), 5), a)  # 'once': rebuilt, the same set
-    code = ("import hashlib, json, sys; from flcore.config import RunConfig, resolve_run_config; "
-            "from flcore.methods.fedbr import br_config; from client_app.trainers.fedbr.shared import proxy_set; "
-            "c = RunConfig.from_dict(resolve_run_config(json.loads(sys.argv[1]))); "
-            "print(hashlib.sha256(proxy_set(c, br_config(c), (1, 8, 8), 1).numpy().tobytes()).hexdigest())")
-    over = {"method": "fedbr", "batch-size": 8, "lr": 0.05, "dataset": "digits"}
-    out = subprocess.run([sys.executable, "-c", code, json.dumps(over)], capture_output=True, text=True, check=True,
-                         cwd=PROJECT_ROOT)
-    assert out.stdout.strip() == hashlib.sha256(a.numpy().tobytes()).hexdigest()
     other = proxy_set(cfg_of(dataset="digits", seed=1), br_config(cfg_of(seed=1)), (1, 8, 8), 1)
     assert not torch.equal(other, a)  # the run seed decides it
 
@@ -212,16 +204,6 @@ def test_the_shared_rsm_set_is_identical_on_two_clients_and_per_client_sets_diff
         c = int(torch.randint(3, (1,), generator=gen))
         idx = torch.randint(len(xs[c]), (10,), generator=gen)
         assert torch.allclose(sets[0][j], xs[c][idx].mean(0))
-    code = ("import hashlib, json, sys; from flcore.config import RunConfig, resolve_run_config; "
-            "from flcore.methods.fedbr import br_config; from client_app.trainers.fedbr.shared import shared_rsm; "
-            "c = RunConfig.from_dict(resolve_run_config(json.loads(sys.argv[1]))); "
-            "from data_partitioning.federated import client_arrays; import torch; "
-            "own = torch.from_numpy(client_arrays(c, 1, 3).x_train); "
-            "print(hashlib.sha256(shared_rsm(c, br_config(c), 3, 4, 1, own)[0].numpy().tobytes()).hexdigest())")
-    values = {"method": "fedbr", "batch-size": 8, "lr": 0.05, **over}
-    out = subprocess.run([sys.executable, "-c", code, json.dumps(values)], capture_output=True, text=True,
-                         check=True, cwd=PROJECT_ROOT)
-    assert out.stdout.strip() == hashlib.sha256(sets[0].numpy().tobytes()).hexdigest()  # another process, round 4
     local = cfg_of(**{**over, "fedbr.rsm-scope": "client"})
     per_client = [FedBRTrainer(job_of(local, cid, torch.from_numpy(arrays[cid].x_train),
                                       torch.from_numpy(arrays[cid].y_train))).pseudo_source()[0](None, None)[0]
@@ -232,6 +214,29 @@ def test_the_shared_rsm_set_is_identical_on_two_clients_and_per_client_sets_diff
     foreign = job_of(cfg, 0, xs[0] + 1.0, torch.from_numpy(arrays[0].y_train), config={NUM_CLIENTS: 3})
     with pytest.raises(ValueError, match="client 0's training data is not its partition"):  # e.g. data-path
         FedBRTrainer(foreign).pseudo_source()
+
+
+@pytest.mark.slow
+def test_the_proxy_set_and_the_shared_rsm_set_are_the_same_in_another_process():
+    """Both shared sets depend on the run config only, not on the process (hash seed, import order, RNG state):
+    one fresh interpreter recomputes them (the RSM set for another client at round 4) bit for bit. Slow tier: it
+    starts a Python process (4 s of imports); the in-process properties are the two tests above."""
+    base = {"method": "fedbr", "batch-size": 8, "lr": 0.05, "dataset": "digits"}
+    rsm = {**base, "fedbr.pseudo": "rsm", "fedbr.rsm-scope": "shared"}
+    cfg, rsm_cfg = cfg_of(dataset="digits"), cfg_of(dataset="digits", **{"fedbr.pseudo": "rsm", "fedbr.rsm-scope": "shared"})
+    own = torch.from_numpy(client_arrays(rsm_cfg, 0, 3).x_train)
+    want = [hashlib.sha256(proxy_set(cfg, br_config(cfg), (1, 8, 8), 1).numpy().tobytes()).hexdigest(),
+            hashlib.sha256(shared_rsm(rsm_cfg, br_config(rsm_cfg), 3, 1, 0, own)[0].numpy().tobytes()).hexdigest()]
+    code = ("import hashlib, json, sys, torch; from flcore.config import RunConfig, resolve_run_config; "
+            "from flcore.methods.fedbr import br_config; from data_partitioning.federated import client_arrays; "
+            "from client_app.trainers.fedbr.shared import proxy_set, shared_rsm; "
+            "c, r = (RunConfig.from_dict(resolve_run_config(json.loads(a))) for a in sys.argv[1:]); "
+            "own = torch.from_numpy(client_arrays(r, 1, 3).x_train); "
+            "print(hashlib.sha256(proxy_set(c, br_config(c), (1, 8, 8), 1).numpy().tobytes()).hexdigest()); "
+            "print(hashlib.sha256(shared_rsm(r, br_config(r), 3, 4, 1, own)[0].numpy().tobytes()).hexdigest())")
+    out = subprocess.run([sys.executable, "-c", code, json.dumps(base), json.dumps(rsm)], capture_output=True,
+                         text=True, check=True, cwd=PROJECT_ROOT)
+    assert out.stdout.split() == want
 
 
 def test_the_server_tells_each_client_the_federation_size_only_for_a_shared_rsm():

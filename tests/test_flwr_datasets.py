@@ -142,8 +142,10 @@ def test_hf_columns_named_rgb_and_no_test_split(tmp_path):
         load_pool(base + "?labels=digit", 0, 0.2)
 
 
+@pytest.mark.slow
 def test_hf_without_network_is_a_clear_error(tmp_path):
-    """A Hub id with no network (offline mode: what a machine without access sees): one line, exit 2, the key."""
+    """A Hub id with no network (offline mode: what a machine without access sees): one line, exit 2, the key. Slow
+    tier: it starts the command line (4 s of imports)."""
     env = {**os.environ, "PYTHONPATH": str(ROOT), "OMP_NUM_THREADS": "1", "HF_HUB_OFFLINE": "1",
            "HF_DATASETS_OFFLINE": "1", "HF_HOME": str(tmp_path / "hf"), "FLWR_TELEMETRY_ENABLED": "0"}
     proc = subprocess.run([sys.executable, "-m", "cli", "run", "--nodes", "3", "-c", "dataset='hf:ylecun/mnist'"],

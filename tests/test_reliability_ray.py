@@ -482,9 +482,11 @@ def test_flwr_run_stops_with_worker_lost_when_a_worker_dies(tmp_path):
     assert (out / "checkpoint.pt").exists()
 
 
+@pytest.mark.slow
 def test_the_worker_pool_replaces_a_crashed_worker_too(tmp_path):
     """The in-process engine's pool (engines/pool.py): the crashed client fails round 2 with code 8; a node
-    queued behind it in the same worker fails with it (its Context lived in that worker); the others train."""
+    queued behind it in the same worker fails with it (its Context lived in that worker); the others train.
+    Slow tier: the replacement worker is a fresh process (4 s of imports)."""
     from engines.local import run_inprocess
     from flcore.config import resolve_run_config
 
