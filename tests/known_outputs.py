@@ -18,6 +18,7 @@ tests/test_known_outputs.py re-runs every job:
 
 from __future__ import annotations
 
+import functools
 import hashlib
 import json
 import zlib
@@ -203,8 +204,10 @@ def run_job(run_config: dict[str, Any], out_dir: Path) -> JobOutput:
     return JobOutput(digest, sketch(final), values)
 
 
+@functools.lru_cache(maxsize=1)
 def stack_key() -> dict[str, Any]:
-    """What a bit-exact digest depends on: the whole locked stack, Python, machine and torch's CPU kernels."""
+    """What a bit-exact digest depends on: the whole locked stack, Python, machine and torch's CPU kernels. Read
+    once per process (listing the installed distributions takes 0.1 s, and every job's check asks)."""
     import platform
 
     import torch
