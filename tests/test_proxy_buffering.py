@@ -144,7 +144,7 @@ def test_slow_push_object_uploads_hold_upstream_slots_only_when_streamed(tmp_pat
           f"connections to the SuperLink (FLEET_UPSTREAM_CONNS 24); a whole upload then: {after_whole - held}")
 
 
-def _slow_upload(port: int, ctx: ssl.SSLContext, source: str) -> ssl.SSLSocket:
+def _open_upload(port: int, ctx: ssl.SSLContext, source: str) -> ssl.SSLSocket:
     """A slow push-object upload from ``source``: the headers and one byte of an OBJECT_LIMIT body sent."""
     raw = socket.create_connection(("127.0.0.1", port), timeout=10, source_address=(source, 0))
     conn = ctx.wrap_socket(raw, server_hostname="localhost")
@@ -176,8 +176,8 @@ def test_push_object_uploads_in_flight_are_capped_per_address_and_in_all(tmp_pat
     ctx = ssl.create_default_context(cafile=str(proxy.ca))
     held = []
     try:
-        held = [_slow_upload(proxy.fleet, ctx, "127.0.0.2") for _ in range(4)]
-        held += [_slow_upload(proxy.fleet, ctx, "127.0.0.3") for _ in range(3)]
+        held = [_open_upload(proxy.fleet, ctx, "127.0.0.2") for _ in range(4)]
+        held += [_open_upload(proxy.fleet, ctx, "127.0.0.3") for _ in range(3)]
         answers = [answer.split(b"\r\n")[0] for answer in _answers_within(held, 1.0)]
     finally:
         for conn in held:
