@@ -17,7 +17,6 @@ import math
 from dataclasses import dataclass
 from typing import Sequence
 
-
 CONFIDENCE = 0.95
 VERDICTS = ("reproduced", "smaller than claimed", "inconclusive", "contradicted")
 
