@@ -19,8 +19,9 @@ module:
   of object content in total. The object that would cross the limit is refused with 413, and so is every later
   object of that session. At the first refusal the reply is removed, through the LinkState's and ObjectStore's
   public methods: ``delete_messages`` (the instruction and this reply) and ``object_store.delete`` (the reply's
-  stored objects, reference-counted). The ServerApp, which may already be pulling the reply, is then told its
-  objects are unavailable and records a failure for that node at once (tests/test_hostile_fleet.py). Left alone,
+  stored objects, reference-counted). The ServerApp is then told, at once, that the reply is unavailable
+  (Flower's MESSAGE_UNAVAILABLE: "objects are unavailable" if its pull had begun, "could not be found" if not) and
+  records a failure for that node (tests/test_hostile_fleet.py). Left alone,
   Flower would hand it the incomplete reply, and its pull would wait for the missing objects until the push
   session expired: ``OBJECT_PUSH_SESSION_TTL_SECONDS``, 180 s after the last stored object. A ``push-object`` without a session id
   is refused too: Flower's legacy path would look the session up by object id, and its bytes could not be
