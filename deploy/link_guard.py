@@ -21,7 +21,7 @@ module:
   public methods: ``delete_messages`` (the instruction and this reply) and ``object_store.delete`` (the reply's
   stored objects, reference-counted). The ServerApp is then told, at once, that the reply is unavailable
   (Flower's MESSAGE_UNAVAILABLE: "objects are unavailable" if its pull had begun, "could not be found" if not) and
-  records a failure for that node (tests/test_hostile_fleet.py). Left alone,
+  records a failure for that node (tests/test_hostile_fleet_nodes.py). Left alone,
   Flower would hand it the incomplete reply, and its pull would wait for the missing objects until the push
   session expired: ``OBJECT_PUSH_SESSION_TTL_SECONDS``, 180 s after the last stored object. A ``push-object`` without a session id
   is refused too: Flower's legacy path would look the session up by object id, and its bytes could not be

@@ -1,12 +1,16 @@
-"""A fleet that survives hostile and broken peers (issue 32): the hostile-fleet suite.
+"""A fleet that survives hostile and broken peers (issue 32): the hostile-fleet suite, from outside.
 
-Loopback only, bounded in counts and times. Fast tests: the body-limit derivation (deploy/body_limits.py) and
-the node-binding table (flcore/node_bindings.py, deploy/register_node.py). Slow tests share one federation
-of real processes (deploy/localfed.py): a SuperLink (TLS, SuperNode authentication, TUNED with a SuperExec
-secret) behind the real proxy (deploy/proxy.sh: three nginx instances) whose body limits are derived for the
-run's model, and SuperNodes started through deploy/supernode.sh. Attackers connect from other loopback
-addresses (127.0.0.2 and up), as other hosts would, so per-address limits apply to them and not to the nodes.
-The tests print their measured figures (run with -s to see them); DEPLOYMENT.md's threat table quotes them.
+Loopback only, bounded in counts and times. Fast tests: the body-limit derivation (deploy/body_limits.py),
+the node guard's retries and stamps, and the node-binding table (flcore/node_bindings.py,
+deploy/register_node.py). Slow tests share one federation of real processes (tests/_hostile_fleet_util.py,
+deploy/localfed.py): a SuperLink (TLS, SuperNode authentication, TUNED with a SuperExec secret) behind the real
+proxy (deploy/proxy.sh: three nginx instances) whose body limits are derived for the run's model, and SuperNodes
+started through deploy/supernode.sh; here the attacks that reach the public Fleet port from outside (oversized
+bodies, an outage of the proxy, slow clients, slow uploads). tests/test_hostile_fleet_nodes.py holds the
+attacks by registered participants and local users, and the nodes that exit, on a federation of its own.
+Attackers connect from other loopback addresses (127.0.0.2 and up), as other hosts would, so per-address limits
+apply to them and not to the nodes. The tests print their measured figures (run with -s to see them);
+DEPLOYMENT.md's threat table quotes them.
 """
 
 from __future__ import annotations
@@ -14,8 +18,6 @@ from __future__ import annotations
 import http.client
 import json
 import os
-import re
-import shutil
 import socket
 import ssl
 import subprocess
@@ -34,19 +36,9 @@ sys.path.insert(0, str(ROOT))
 
 from deploy.body_limits import (FRAMING_MARGIN, SMALL_MARGIN, chunk_size, limits_for,  # noqa: E402
                                 limits_for_run_config, push_object_request_bytes, reply_objects)
-from deploy.localfed import LocalFederation, snapshot_app  # noqa: E402
-
-BIN = Path(sys.executable).parent
-# HOSTILE_FLEET_RECORD=<file>: the slow tests' measured figures are written there (docs/DEPLOYMENT.md quotes
-# benchmarks/results/hostile_fleet.json, written so)
-FIGURES: dict[str, dict] = {}
-RUN = {"method": "scaffold", "dataset": "digits", "partition": "dirichlet", "seed": 1}  # 2 model-sized records
-
-
-def require_nginx() -> None:
-    if shutil.which("nginx", path=f"{os.environ.get('PATH', '')}{os.pathsep}/usr/sbin") is None:
-        pytest.fail("'nginx' is not installed, this test needs the real proxy: run `bash .ci/deps.sh` "
-                    "(apt-get install -y nginx-light)")
+from deploy.localfed import LocalFederation  # noqa: E402
+from tests._hostile_fleet_util import (FIGURES, NODES, RUN, SlowClients, node_stamp, restart_proxy,  # noqa: E402
+                                       start_fleet, train_round, vm)
 
 
 # ============================================================================ fast: body limits
@@ -381,49 +373,11 @@ def test_a_node_gets_only_the_client_id_its_key_owns_whoever_comes_first(tmp_pat
         _register(monkeypatch, _registry(), [(100, 0)])
 
 
-# ============================================================================ slow: the hostile fleet
-NODES = 3           # clients 0, 1, 2 train; key 3 belongs to client 3 (a registered node that steals ids);
-                    # key 4 to client 4, used only by the reply-bloating participant (no SuperNode of its own)
-
-
+# ============================================================================ slow: the hostile fleet, from outside
 @pytest.fixture(scope="module")
 def fleet(tmp_path_factory: pytest.TempPathFactory):
-    """SuperLink + proxy (body limits of RUN's model) + SuperNodes 0..2 (partition i of 4; keys registered with
-    deploy/register_node.py and bound to client i, NODE_BINDINGS on the SuperLink); key 3 is registered and
-    bound to client 3, and its node (started by the identity test) claims partition 0; key 4 is registered and
-    bound to client 4 (the bloating participant speaks Flower's Fleet client itself). The SuperLink bounds replies
-    as derived for RUN's model (deploy/link_guard.py). In-memory SuperLink state (no DATABASE), as in
-    tests/test_deploy_security.py."""
-    require_nginx()
-    tmp = tmp_path_factory.mktemp("hostile-fleet")
-    limits = limits_for_run_config(RUN)
-    configs = [f"partition-id={i} num-partitions=4" for i in range(NODES)] + ["partition-id=0 num-partitions=4"] * 2
-    fed = LocalFederation(tmp / "fed", 5, tls=True, node_auth=True, tuned=True, proxy=True,
-                          bind_clients=[0, 1, 2, 3, 4], node_configs=configs, register=[0, 1, 2, 3, 4],
-                          start_nodes=[0, 1], app_dir=snapshot_app(tmp / "app"), database=False,
-                          proxy_settings=limits.nginx(), superlink_settings=limits.superlink())
-    try:
-        fed.start()
-        fed.start_node(2, tuned=False)   # node 2 runs stock flower-supernode through deploy/node_guard.py
-        fed.wait_connected([0, 1], superexec=True)
-        fed.wait_connected([2])
-        yield fed, tmp, limits
-    finally:
-        fed.stop()
-        record = os.environ.get("HOSTILE_FLEET_RECORD")
-        if record and FIGURES:
-            Path(record).write_text(json.dumps({"recorded": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime()),
-                                                "load_average_at_end": list(os.getloadavg()), "cpus": os.cpu_count(),
-                                                **FIGURES}, indent=1) + "\n")
-        assert not any(p.alive() for p in [fed.superlink, fed.proxy_proc, *fed.nodes.values()] if p is not None)
-
-
-def _vm(pid: int, key: str) -> int:
-    """VmRSS / VmHWM (peak RSS) of a process in bytes."""
-    for line in Path(f"/proc/{pid}/status").read_text().splitlines():
-        if line.startswith(key + ":"):
-            return int(line.split()[1]) * 1024
-    raise KeyError(key)
+    """This file's federation (tests/_hostile_fleet_util.py: start_fleet)."""
+    yield from start_fleet(tmp_path_factory)
 
 
 def _context(fed: LocalFederation) -> ssl.SSLContext:
@@ -484,23 +438,23 @@ def test_bodies_are_bounded_before_authentication(fleet) -> None:
     pid = fed.superlink.popen.pid
     access = fed.superlink.log
     seen = access.read_text(errors="replace").count('"POST /v1/fleet/push-object')
-    hwm0, rss0 = _vm(pid, "VmHWM"), _vm(pid, "VmRSS")
+    hwm0, rss0 = vm(pid, "VmHWM"), vm(pid, "VmRSS")
     t0 = time.monotonic()
     huge = [_post(fed, "/v1/fleet/push-object", declared=1000 * 2**20, send=8 * 2**20) for _ in range(4)]
     other = _post(fed, "/v1/fleet/pull-messages", declared=20 * 2**20, send=2**20)
     refused_s = time.monotonic() - t0
     assert huge == [413] * 4 and other == 413, (huge, other)
     assert access.read_text(errors="replace").count('"POST /v1/fleet/push-object') == seen   # never forwarded
-    hwm1 = _vm(pid, "VmHWM")
+    hwm1 = vm(pid, "VmHWM")
     assert hwm1 - hwm0 < 8 * 2**20, (hwm0, hwm1)
     # the largest bodies the proxy lets through, all at once, without credentials
     small = _flood_at_limit(fed, limits.push_object, seen)
     default = limits_for(None)
-    _restart_proxy(fed, default.nginx())
+    restart_proxy(fed, default.nginx())
     try:
         large = _flood_at_limit(fed, default.push_object, seen + small[0])
     finally:
-        _restart_proxy(fed, limits.nginx())
+        restart_proxy(fed, limits.nginx())
     print(f"\n[bodies] 4 x 1000 MB + 1 x 20 MB declared: {huge + [other]} in {refused_s:.2f} s; SuperLink peak RSS "
           f"{hwm0 / 2**20:.0f} -> {hwm1 / 2**20:.0f} MiB (RSS {rss0 / 2**20:.0f} MiB)")
     for name, lim, (n401, growth) in (("derived", limits.push_object, small), ("default", default.push_object, large)):
@@ -517,18 +471,12 @@ def test_bodies_are_bounded_before_authentication(fleet) -> None:
                                      "superlink_rss_mib": round(rss0 / 2**20)}
 
 
-def _restart_proxy(fed: LocalFederation, settings: dict[str, str]) -> None:
-    fed.proxy_proc.stop(grace=5)
-    fed.proxy_settings = settings
-    fed.start_proxy()
-
-
 def _flood_at_limit(fed: LocalFederation, limit: int, seen: int) -> tuple[int, int]:
     """24 concurrent bodies just under ``limit`` to push-object, without credentials, from 24 addresses:
     (how many the SuperLink answered 401, its peak-RSS growth in bytes). Every status is 401, or 502 from
     the proxy when the upstream budget (24) was taken: nothing else."""
     pid = fed.superlink.popen.pid
-    hwm = _vm(pid, "VmHWM")
+    hwm = vm(pid, "VmHWM")
     body = _push_object_body(limit - 1024)
     with ThreadPoolExecutor(24) as pool:
         statuses = list(pool.map(lambda i: _post(fed, "/v1/fleet/push-object", body,
@@ -536,21 +484,7 @@ def _flood_at_limit(fed: LocalFederation, limit: int, seen: int) -> tuple[int, i
     assert set(statuses) <= {401, 502} and statuses.count(401) >= 12, statuses
     reached = fed.superlink.log.read_text(errors="replace").count('"POST /v1/fleet/push-object') - seen
     assert reached == statuses.count(401)
-    return statuses.count(401), _vm(pid, "VmHWM") - hwm
-
-
-def _node_stamp(fed: LocalFederation, i: int) -> Path:
-    from deploy.node_guard import stamp_path
-
-    return stamp_path({"RUNTIME_PORT": str(fed.runtime_ports[i]), "TMPDIR": os.environ.get("TMPDIR", "/tmp")})
-
-
-def _train_round(fed: LocalFederation, tmp: Path, name: str, timeout: float = 240) -> dict:
-    """One SCAFFOLD round on clients 0..2 (every node must train), through the proxy; the results document."""
-    res = fed.run({**RUN, "num-server-rounds": 1, "min-train-nodes": NODES, "round-timeout": 60.0,
-                   "fraction-train": 1.0, "out-dir": str(tmp / name)}, timeout=timeout, name=name)
-    assert res.status == "finished:completed", res.output[-3000:]
-    return res.doc
+    return statuses.count(401), vm(pid, "VmHWM") - hwm
 
 
 class _CutHandshakes:
@@ -591,7 +525,7 @@ def test_every_node_trains_again_after_the_proxy_was_away(fleet) -> None:
     during the outage deploy/healthcheck.py reports the nodes unhealthy (POLL_STALE=5 here), after it healthy."""
     OUTAGE_S, RECOVER_S = 20.0, 45.0
     fed, tmp, _limits = fleet
-    _train_round(fed, tmp, "before-outage")
+    train_round(fed, tmp, "before-outage")
     logged = [fed.nodes[i].log.stat().st_size for i in range(NODES)]     # what the nodes wrote before it
     fed.proxy_proc.stop(grace=5)
     cutter = _CutHandshakes(fed.fleet_port)
@@ -625,7 +559,7 @@ def test_every_node_trains_again_after_the_proxy_was_away(fleet) -> None:
     deadline = t_back + RECOVER_S
     while len(back) < NODES and time.time() < deadline:
         for i in range(NODES):
-            state, when, _ = read_stamp_safe(_node_stamp(fed, i))
+            state, when, _ = read_stamp_safe(node_stamp(fed, i))
             if i not in back and when > t_back and state in ("idle", "busy"):
                 back[i] = when - t_back
         time.sleep(0.2)
@@ -634,7 +568,7 @@ def test_every_node_trains_again_after_the_proxy_was_away(fleet) -> None:
                            capture_output=True, text=True, timeout=30)
     assert after.returncode == 0, after.stdout
     t_round = time.time()
-    doc = _train_round(fed, tmp, "after-outage")
+    doc = train_round(fed, tmp, "after-outage")
     rounds = doc["rounds"]
     assert rounds[0]["sampled"] == [0, 1, 2] and rounds[0]["num_updates"] == NODES, rounds
     FIGURES["outage"] = {"away_s": OUTAGE_S, "handshakes_cut": cutter.cut, "bound_s": RECOVER_S,
@@ -655,58 +589,6 @@ def read_stamp_safe(path: Path) -> tuple[str, float, str]:
         return "", 0.0, ""
 
 
-class _SlowClients:
-    """``n`` attacker threads from 127.0.0.2 that each hold one TLS connection to the Fleet port with half a
-    request header, reopening it whenever the proxy drops it, until ``seconds`` have passed."""
-
-    HALF_HEADER = b"POST /v1/fleet/pull-messages HTTP/1.1\r\nHost: localhost\r\nContent-Ty"
-
-    def __init__(self, port: int, ca: Path, n: int, seconds: float) -> None:
-        self.port, self.n, self.until = port, n, time.time() + seconds
-        self.ctx = ssl.create_default_context(cafile=str(ca))
-        self.lock = threading.Lock()
-        self.open = self.peak = self.opened = self.dropped = self.failed = 0
-        self.held: list[float] = []
-        self.threads = [threading.Thread(target=self._hold, daemon=True) for _ in range(n)]
-        for t in self.threads:
-            t.start()
-
-    def _hold(self) -> None:
-        while time.time() < self.until:
-            try:
-                raw = socket.create_connection(("127.0.0.1", self.port), timeout=10, source_address=("127.0.0.2", 0))
-                conn = self.ctx.wrap_socket(raw, server_hostname="localhost")
-                conn.sendall(self.HALF_HEADER)
-            except OSError:
-                with self.lock:
-                    self.failed += 1
-                time.sleep(0.2)
-                continue
-            start = time.time()
-            with self.lock:
-                self.open += 1
-                self.opened += 1
-                self.peak = max(self.peak, self.open)
-            dropped = False
-            try:
-                conn.settimeout(max(0.1, self.until - time.time()))
-                dropped = conn.recv(1) == b"" or True     # anything or EOF: the proxy ended it
-            except socket.timeout:
-                pass
-            except OSError:
-                dropped = True                             # reset (reset_timedout_connection)
-            with self.lock:
-                self.open -= 1
-                if dropped:
-                    self.dropped += 1
-                    self.held.append(time.time() - start)
-            conn.close()
-
-    def join(self) -> None:
-        for t in self.threads:
-            t.join(30)
-
-
 @pytest.mark.slow
 def test_slow_clients_do_not_starve_control_health_or_the_nodes(fleet) -> None:
     """CONNS half-header TLS connections to the public Fleet port, held (and reopened when dropped) for
@@ -715,7 +597,7 @@ def test_slow_clients_do_not_starve_control_health_or_the_nodes(fleet) -> None:
     after its client_header_timeout (5 s). Afterwards a round trains on all three nodes."""
     CONNS, ATTACK_S = 400, 12.0
     fed, tmp, _limits = fleet
-    attack = _SlowClients(fed.fleet_port, fed.certs / "ca.crt", CONNS, ATTACK_S)
+    attack = SlowClients(fed.fleet_port, fed.certs / "ca.crt", CONNS, ATTACK_S)
     t0 = time.time()
     try:
         while attack.peak < CONNS * 0.9 and time.time() < t0 + ATTACK_S / 2:
@@ -733,7 +615,7 @@ def test_slow_clients_do_not_starve_control_health_or_the_nodes(fleet) -> None:
         open_during = attack.open
         while time.time() < attack.until:
             time.sleep(0.2)
-        polled = {i: read_stamp_safe(_node_stamp(fed, i)) for i in range(NODES)}
+        polled = {i: read_stamp_safe(node_stamp(fed, i)) for i in range(NODES)}
     finally:
         attack.join()
     assert ls.returncode == 0 and "runs" in json.loads(ls.stdout), ls.stdout + ls.stderr
@@ -747,7 +629,7 @@ def test_slow_clients_do_not_starve_control_health_or_the_nodes(fleet) -> None:
                                                                                         attack.held[:10])
     # the same attack against a Fleet instance it exhausts (FLEET_CONNECTIONS=128): the Fleet port is lost for
     # the attack, but Control and health run in their own nginx instances and still answer
-    _restart_proxy(fed, {**fed.proxy_settings, "FLEET_CONNECTIONS": "128"})
+    restart_proxy(fed, {**fed.proxy_settings, "FLEET_CONNECTIONS": "128"})
     # The Fleet probe goes first, as soon as the attack holds FULL of the 128 connections (the rest are the
     # listener's and the nodes'): the half headers are dropped after 5 s, and in that drop wave a free slot can
     # go to anyone, so a probe made after `flwr ls` (seconds of CLI start) can land in it (seen in CI: 401).
@@ -756,7 +638,7 @@ def test_slow_clients_do_not_starve_control_health_or_the_nodes(fleet) -> None:
     # gave up, its guard exited 75 for a restart policy, and the local federation (none) lost the node (seen in CI).
     FULL, EXHAUST_S = 96, 4.0
     t_flood = time.time()
-    flood = _SlowClients(fed.fleet_port, fed.certs / "ca.crt", CONNS, EXHAUST_S)
+    flood = SlowClients(fed.fleet_port, fed.certs / "ca.crt", CONNS, EXHAUST_S)
     try:
         while flood.open < FULL and time.time() < t_flood + EXHAUST_S / 2:
             time.sleep(0.05)
@@ -772,13 +654,13 @@ def test_slow_clients_do_not_starve_control_health_or_the_nodes(fleet) -> None:
         checks_in_flood = time.time() < flood.until       # flwr ls and /healthz answered while it held the port
     finally:
         flood.join()
-        _restart_proxy(fed, {k: v for k, v in fed.proxy_settings.items() if k != "FLEET_CONNECTIONS"})
+        restart_proxy(fed, {k: v for k, v in fed.proxy_settings.items() if k != "FLEET_CONNECTIONS"})
     t_back = time.time()
     assert ls2.returncode == 0 and health2 == 200, ls2.stdout + ls2.stderr
     # the probe ended before the first header timeout (connections the full proxy closed at once do not count)
     assert open_at_probe >= FULL and not timed_out_before_probe, (open_at_probe, timed_out_before_probe)
     assert fleet_up in (0, 503), fleet_up          # the exhausted Fleet instance had nothing left for others
-    doc = _train_round(fed, tmp, "after-slow-clients")
+    doc = train_round(fed, tmp, "after-slow-clients")
     assert doc["rounds"][0]["num_updates"] == NODES
     FIGURES["slow_clients"] = {
         "connections": CONNS, "seconds": ATTACK_S, "opened": attack.opened, "peak_open": attack.peak,
@@ -874,7 +756,7 @@ def test_slow_uploads_hold_no_upstream_slot_and_every_node_trains(fleet, rpc, so
         while attack.peak < 28 and time.time() < t0 + 10:
             time.sleep(0.1)
         held_at_start = attack.open
-        doc = _train_round(fed, tmp, f"under-slow-uploads-{name.replace('_', '-')}")
+        doc = train_round(fed, tmp, f"under-slow-uploads-{name.replace('_', '-')}")
         held_at_end = attack.open
     finally:
         attack.stop()
@@ -884,273 +766,3 @@ def test_slow_uploads_hold_no_upstream_slot_and_every_node_trains(fleet, rpc, so
     FIGURES[f"slow_uploads_{name}_addresses"] = {"connections": 28, "held_at_start": held_at_start,
                                                         "held_at_end": held_at_end, "opened": attack.opened,
                                                         "round_s": round(row["wall_time_s"], 1)}
-
-
-@pytest.mark.slow
-def test_identity_theft_and_a_second_use_of_a_key_are_refused_and_the_owners_train(fleet) -> None:
-    """Node 3 (a registered key, bound to client 3) claims partition 0 while client 0's owner is online; a
-    second process starts with node 0's own key. The thief is refused by the ServerApp (identity-mismatch,
-    recorded in the round's failures) and never trains; the second use of key 0 is refused by the SuperLink at
-    activation (recorded in its log and the proxy's) and exits; the owners of 0, 1, 2 all train."""
-    fed, tmp, _limits = fleet
-    fed.start_node(3, tuned=False)
-    fed.wait_connected([3])
-    code, imp_log = fed.run_rogue_node("impostor-0", "partition-id=0 num-partitions=4",
-                                       AUTH_KEY=str(fed.certs / "keys" / "supernode-0"),
-                                       ACTIVATION_PATIENCE="0")   # the guard would retry the 412 for 75 s first
-    assert code != 0 and "SuperNode ID:" not in imp_log, imp_log[-2000:]
-    assert "[code: 2004] Failed to activate SuperNode" in imp_log
-    node0 = next(b["node_id"] for b in json.loads(fed.bindings.read_text())["nodes"] if b["client_id"] == 0)
-    assert f"SuperNode with node ID {node0} could not be activated" in fed.superlink.log.read_text(errors="replace")
-    assert re.search(r'"POST /v1/fleet/activate-node HTTP/1.1" 412 ', (fed.logs / "proxy.log").read_text())
-    t0 = time.time()
-    doc = _train_round(fed, tmp, "identity")
-    r = doc["rounds"][0]
-    assert r["sampled"] == [0, 1, 2] and r["num_updates"] == NODES, r
-    stolen = [f for f in r["failures"] if f["kind"] == "identity-mismatch"]
-    node3 = next(b["node_id"] for b in json.loads(fed.bindings.read_text())["nodes"] if b["client_id"] == 3)
-    assert stolen and all(f["cid"] == 0 for f in stolen), r["failures"]   # asked at start, again after back-off
-    assert all(f"node {node3} claims client id 0, but its key is bound to client id 3" in f["reason"] for f in stolen)
-    thief_log = fed.nodes[3].log.read_text(errors="replace")
-    received = re.findall(r"INFO Receiving: ([\w.]+) message", thief_log)
-    assert fed.nodes[3].alive() and received and set(received) == {"query"}, received   # asked, never trained
-    assert "INFO Receiving: train message" in fed.nodes[2].log.read_text(errors="replace")  # what training looks like
-    listing = json.loads(fed.flwr("supernode", "list", fed.connection, "--format", "json").stdout)["nodes"]
-    owners = {int(n["node-id"]): n["status"] for n in listing}
-    bindings = json.loads(fed.bindings.read_text())["nodes"]
-    assert all(owners[b["node_id"]] == "online" for b in bindings if b["client_id"] in (0, 1, 2)), owners
-    FIGURES["identity"] = {"thief_refusals": len(stolen), "thief_received": sorted(set(received)),
-                           "impostor_exit": code, "owners_trained": r["sampled"],
-                           "round_s": round(time.time() - t0, 1)}
-    print(f"\n[identity] thief (key bound to client 3, claiming 0): refused as identity-mismatch, never trained; "
-          f"second process with client 0's key: exit {code} at activation (SuperLink 412); "
-          f"a round on the owners 0, 1, 2 in {time.time() - t0:.1f} s")
-
-
-@pytest.mark.slow  # the fleet fixture starts a SuperLink, the proxy and three SuperNodes
-def test_a_local_process_cannot_take_any_nodes_task_from_its_runtime_api(fleet) -> None:
-    """Issue 42 item 4 (task theft): every SuperNode's Runtime API (127.0.0.1:RUNTIME_PORT, reachable by any local
-    user of the node host) refuses acquire-task and pull-task-input without the SuperExec secret: the TUNED
-    nodes 0 and 1 (SUPEREXEC_SECRET_FILE) and the stock node 2 (deploy/supernode.sh's stock mode with TLS: Flower's
-    SuperExec in process isolation with a fresh secret per start; stock subprocess isolation returned the task and
-    its FAB to anyone); the three nodes then train a round."""
-    fed, tmp, _limits = fleet
-    for i in range(NODES):
-        for route in ("/v1/runtime/acquire-task", "/v1/runtime/pull-task-input"):
-            conn = http.client.HTTPConnection("127.0.0.1", fed.runtime_ports[i], timeout=30)
-            try:
-                conn.request("POST", route, body=b"", headers={"content-type": "application/protobuf"})
-                status = conn.getresponse().status
-            finally:
-                conn.close()
-            assert status == 401, (i, route, status)
-    doc = _train_round(fed, tmp, "after-runtime-probes")
-    assert doc["rounds"][-1]["num_updates"] == NODES
-
-
-class _BloatingParticipant:
-    """A participant holding a registered key (client 4's) and no SuperNode: it speaks Flower's own Fleet client
-    (flwr.supernode.fleet_http_connection) through the proxy, as a modified SuperNode would, with Flower's array
-    chunk size set to 165 KiB in its own process (FLWR_PRIVATE_MAX_ARRAY_CHUNK_SIZE), so that every push-object
-    body is under the proxy's limit. It answers the first instruction it receives with (a) one array of 760 such
-    chunks (125 MB in 764 objects: the object tree still fits the proxy's FLEET_MAX_BODY), then (b) one of 60
-    chunks (9.9 MB in 64 objects, under the object bound), pushed object by object until the SuperLink refuses
-    one."""
-
-    CHUNK = 165 * 1024
-
-    def __init__(self, fed: LocalFederation, key: Path) -> None:
-        self.fed, self.key = fed, key
-        self.report: dict[str, Any] = {}
-        self.error: BaseException | None = None
-        self.online = threading.Event()
-        self.done = threading.Event()
-        self.thread = threading.Thread(target=self._run, daemon=True)
-        self.thread.start()
-
-    def _reply(self, instruction: Any, chunks: int) -> tuple[Any, Any, dict]:
-        from flwr.app import Array, ArrayRecord, Message, RecordDict
-        from flwr.supercore.inflatable.inflatable_object import get_all_nested_objects, get_object_tree
-
-        from flcore.internals import stamp
-
-        data = np.random.default_rng(chunks).integers(0, 256, chunks * self.CHUNK, dtype=np.uint8)
-        reply = Message(RecordDict({"arrays": ArrayRecord({"w": Array(data)})}), reply_to=instruction)
-        reply = stamp(reply, reply.object_id, instruction.metadata.dst_node_id)   # as Flower's SuperNode does
-        return reply, get_object_tree(reply), get_all_nested_objects(reply)
-
-    def _run(self) -> None:
-        import httpx
-        from cryptography.hazmat.primitives.serialization import load_ssh_private_key
-        from flwr.supernode.fleet_http_connection import http_request_response
-
-        try:
-            private = load_ssh_private_key(self.key.read_bytes(), None)
-            with http_request_response(f"localhost:{self.fed.fleet_port}", False, str(self.fed.certs / "ca.crt"),
-                                       (private, private.public_key()), max_retries=2) as conn:
-                node_id, receive, send, _, _, _, push_object, _ = conn
-                self.report["node_id"] = node_id
-                self.online.set()
-                deadline, got = time.time() + 180, None
-                while got is None and time.time() < deadline:
-                    got = receive()
-                    if got is None:
-                        time.sleep(0.5)
-                assert got is not None, "the participant received no instruction within 180 s"
-                instruction = got[0]
-                self.report["instruction"] = instruction.metadata.message_type
-                reply, tree, _ = self._reply(instruction, 760)
-                self.report["large_tree_objects"] = len(list(_iterate(tree)))
-                try:
-                    send(reply, tree, 0.0)
-                    self.report["large_tree_status"] = 200
-                except httpx.HTTPStatusError as exc:
-                    self.report["large_tree_status"] = exc.response.status_code
-                    self.report["large_tree_detail"] = exc.response.text[:300]
-                reply, tree, objects = self._reply(instruction, 60)
-                self.report["small_tree_objects"] = len(list(_iterate(tree)))
-                to_push, session = send(reply, tree, 0.0)
-                self.report["small_tree_to_push"] = len(to_push)
-                pushed = refused = 0
-                for sub in _iterate(tree):          # children first, as Flower pushes them
-                    if sub.object_id not in to_push:
-                        continue
-                    content = objects[sub.object_id].deflate()
-                    try:
-                        push_object(instruction.metadata.run_id, session, sub.object_id, content)
-                        pushed += len(content)
-                    except httpx.HTTPStatusError as exc:
-                        refused += 1
-                        self.report.setdefault("refused_status", exc.response.status_code)
-                        self.report.setdefault("refused_detail", exc.response.text[:300])
-                self.report.update(stored_bytes=pushed, refused_objects=refused,
-                                   reply_bytes=sum(len(o.deflate()) for o in objects.values()))
-        except BaseException as exc:  # noqa: BLE001 - reported by the test
-            self.error = exc
-        finally:
-            self.online.set()
-            self.done.set()
-
-
-def _iterate(tree: Any) -> Any:
-    from flwr.supercore.inflatable.inflatable_object import iterate_object_tree
-
-    return iterate_object_tree(tree)
-
-
-@pytest.mark.slow
-def test_a_reply_assembled_from_legal_bodies_is_bounded_and_removed_and_the_others_train(
-        fleet, monkeypatch: pytest.MonkeyPatch) -> None:
-    """Issue 42 item 3 (the total): a participant with a registered key answers its instruction with a reply whose
-    every push-object body is under the proxy's limit. Before deploy/link_guard.py, 760 such bodies (120 MiB) were
-    all stored (SuperLink RSS 178 -> 393 MiB, database 7 -> 249 MiB). Now the SuperLink refuses a tree of more
-    than FLEET_MAX_REPLY_OBJECTS ids at push-messages (413, nothing stored), and a reply inside the object bound
-    is refused at the object that would take it past FLEET_MAX_REPLY_BYTES (413) and removed with its objects:
-    the ServerApp gets Flower's MESSAGE_UNAVAILABLE at once (a recorded failure of the attacker's registration,
-    not a wait for the push session to expire), and the round trains on the three
-    honest nodes. Bound stated and checked: the SuperLink's peak RSS grows by less than 64 MiB over the attack
-    and the round (the attack offered 138.5 MB in all)."""
-    import flwr.app.message.array as flwr_array
-
-    fed, tmp, limits = fleet
-    monkeypatch.setattr(flwr_array, "FLWR_PRIVATE_MAX_ARRAY_CHUNK_SIZE", _BloatingParticipant.CHUNK)  # its process
-    bounds = {k: int(v) for k, v in limits.superlink().items()}
-    hwm0, rss0 = _vm(fed.superlink.popen.pid, "VmHWM"), _vm(fed.superlink.popen.pid, "VmRSS")
-    attacker = _BloatingParticipant(fed, fed.certs / "keys" / "supernode-4")
-    assert attacker.online.wait(60) and attacker.error is None, attacker.error
-    res = fed.run({**RUN, "num-server-rounds": 1, "min-train-nodes": NODES, "round-timeout": 30.0,
-                   "fraction-train": 1.0, "out-dir": str(tmp / "bloat")}, timeout=300, name="bloat")
-    assert attacker.done.wait(120), "the participant did not finish"
-    assert attacker.error is None, repr(attacker.error)
-    rep = attacker.report
-    assert res.status == "finished:completed", res.output[-3000:]
-    row = res.doc["rounds"][0]
-    assert row["num_updates"] == NODES and sorted(row["sampled"]) == [0, 1, 2], row
-    # The removed reply reaches the ServerApp as Flower's MESSAGE_UNAVAILABLE (code 3) either way: "objects are
-    # unavailable" when its pull had already begun, "could not be found in the database" when the guard removed
-    # the instruction and reply first (which one is a race with the pull; CI at load saw the second).
-    bloat = [f for f in row["failures"] if f["reason"].startswith(f"node {rep['node_id']}: code 3: ")]
-    assert len(bloat) == 1 and bloat[0]["phase"] == "register", row["failures"]    # the attacker's reply
-    assert any(why in bloat[0]["reason"] for why in ("objects are unavailable", "could not be found")), bloat
-    others = {f["kind"] for f in row["failures"] if f not in bloat}
-    assert others <= {"identity-mismatch"}, row["failures"]     # node 3 of the identity test, if it ran before
-    assert rep["large_tree_objects"] > bounds["FLEET_MAX_REPLY_OBJECTS"] and rep["large_tree_status"] == 413, rep
-    assert "FLEET_MAX_REPLY_OBJECTS" in rep["large_tree_detail"], rep    # the SuperLink's refusal, not nginx's
-    assert rep["small_tree_objects"] <= bounds["FLEET_MAX_REPLY_OBJECTS"] < rep["large_tree_objects"]
-    assert rep.get("refused_status") == 413 and rep["refused_objects"] >= 1, rep
-    assert rep["stored_bytes"] <= bounds["FLEET_MAX_REPLY_BYTES"] < rep["reply_bytes"], rep
-    growth = _vm(fed.superlink.popen.pid, "VmHWM") - hwm0
-    assert growth < 64 * 2**20, growth
-    log = fed.superlink.log.read_text(errors="replace")
-    assert re.search(r'"POST /v1/fleet/push-messages HTTP/1.1" 413', log), log[-3000:]
-    FIGURES["bloated_reply"] = {"offered_mb": round((760 + 60) * _BloatingParticipant.CHUNK / 1e6, 1),
-                                "tree_objects": rep["large_tree_objects"], "tree_status": rep["large_tree_status"],
-                                "max_reply_objects": bounds["FLEET_MAX_REPLY_OBJECTS"],
-                                "max_reply_bytes": bounds["FLEET_MAX_REPLY_BYTES"],
-                                "stored_bytes_before_refusal": rep["stored_bytes"],
-                                "superlink_peak_rss_growth_mib": round(growth / 2**20, 1),
-                                "superlink_rss_mib": [round(rss0 / 2**20, 1),
-                                                      round(_vm(fed.superlink.popen.pid, "VmRSS") / 2**20, 1)],
-                                "honest_updates": row["num_updates"], "round_s": round(row["wall_time_s"], 1)}
-    print(f"\n[bloat] tree of {rep['large_tree_objects']} objects: {rep['large_tree_status']}; reply inside the object "
-          f"bound: {rep['stored_bytes']} B stored, then 413 (bound {bounds['FLEET_MAX_REPLY_BYTES']} B); SuperLink "
-          f"peak RSS +{growth / 2**20:.1f} MiB; the round trained on {row['num_updates']} honest nodes")
-
-
-@pytest.mark.slow
-def test_every_node_trains_within_two_rounds_after_a_12_s_fleet_exhaustion(fleet) -> None:
-    """Issue ops-live item 3: the Fleet instance exhausted for 12 s (FLEET_CONNECTIONS=128 and 400 half-header
-    connections). A SuperNode may give up on it (flwr gives up after about 5 s of 500s; deploy/node_guard.py then
-    exits 75), and whether it does depends on the load, so node 2 is also killed 4 s into the flood: the restart
-    policy brings every exited node back, as compose's `restart: unless-stopped` and a Kubernetes pod do
-    (LocalFederation.restart_policy), even while the Fleet port is still exhausted. A run started right after
-    the flood must have every node train within its first two rounds, the restarted one included."""
-    fed, tmp, _limits = fleet
-    end_policy = fed.restart_policy(list(range(NODES)))
-    restarts0 = len(fed.restarts)
-    try:
-        _restart_proxy(fed, {**fed.proxy_settings, "FLEET_CONNECTIONS": "128"})
-        t0 = time.time()
-        flood = _SlowClients(fed.fleet_port, fed.certs / "ca.crt", 400, 12.0)
-        time.sleep(4.0)
-        log2 = fed.nodes[2].log
-        activations = log2.read_text(errors="replace").count("SuperNode ID:")
-        fed.kill_node(2)          # a node that exits during the outage (a crash, or node_guard's exit 75)
-        t_kill, back_at = time.time(), []
-
-        def watch_activation() -> None:   # when the restarted node 2 is activated again (its log says its id)
-            while time.time() < t_kill + 300 and not back_at:
-                if log2.read_text(errors="replace").count("SuperNode ID:") > activations:
-                    back_at.append(time.time())
-                time.sleep(0.2)
-
-        watcher = threading.Thread(target=watch_activation, daemon=True)
-        watcher.start()
-        flood.join()
-        _restart_proxy(fed, {k: v for k, v in fed.proxy_settings.items() if k != "FLEET_CONNECTIONS"})
-        t_back = time.time()
-        res = fed.run({**RUN, "num-server-rounds": 2, "min-train-nodes": 1, "round-timeout": 60.0,
-                       "fraction-train": 1.0, "out-dir": str(tmp / "after-exhaustion")}, timeout=600,
-                      name="after-exhaustion")
-    finally:
-        end_policy()
-    watcher.join(timeout=1)
-    assert res.status == "finished:completed", res.output[-3000:]
-    trained: set[int] = set()
-    for row in res.doc["rounds"]:
-        failed = {f["cid"] for f in row["failures"] if f["phase"] == "train"}
-        trained |= set(row["sampled"]) - failed
-    restarts = [(i, code, round(t - t0, 1)) for i, code, t in fed.restarts[restarts0:]]
-    # one restart per exit: the restarted node waits out its old session's heartbeat window in-process
-    # (deploy/node_guard.py, ACTIVATION_PATIENCE) instead of exiting on the SuperLink's 412 again and again
-    assert [i for i, _code, _t in restarts].count(2) == 1, restarts
-    assert trained == set(range(NODES)), (trained, restarts, [r["failures"] for r in res.doc["rounds"]])
-    FIGURES["fleet_exhaustion"] = {"flood_s": 12.0, "connections": 400, "fleet_connections": 128,
-                                   "node_restarts": restarts, "peak_open": flood.peak,
-                                   "node2_active_again_s_after_kill": round(back_at[0] - t_kill, 1) if back_at else None,
-                                   "rounds": [{"sampled": r["sampled"], "updates": r["num_updates"],
-                                               "wall_s": round(r["wall_time_s"], 1)} for r in res.doc["rounds"]],
-                                   "run_s_after_flood": round(time.time() - t_back, 1)}
-    print(f"\n[exhaustion] 12 s flood (peak {flood.peak} open): node restarts (node, exit code, s after the flood "
-          f"began) {restarts}; node 2 active again {FIGURES['fleet_exhaustion']['node2_active_again_s_after_kill']} s "
-          f"after it was killed; rounds after it: {[(r['sampled'], r['num_updates']) for r in res.doc['rounds']]}")

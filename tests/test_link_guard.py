@@ -1,7 +1,7 @@
 """deploy/link_guard.py: a reply is bounded as a whole (object count, stored bytes), and a refused one is removed.
 
 The live attack (a participant assembling a 120 MiB reply from bodies each under the proxy's limit) is in
-tests/test_hostile_fleet.py; these are the pure rules and the handler wrapping, on fakes."""
+tests/test_hostile_fleet_nodes.py; these are the pure rules and the handler wrapping, on fakes."""
 
 from __future__ import annotations
 
