@@ -35,6 +35,7 @@ ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
 from deploy.connection import write_connection  # noqa: E402
+from deploy.k8s_podman import load_kustomization  # noqa: E402
 from deploy.localfed import CONNECTION, LocalFederation, free_ports, snapshot_app  # noqa: E402
 
 DEPLOY = ROOT / "deploy"
@@ -487,8 +488,8 @@ def test_compose_publishes_only_the_proxy_and_hardens_every_service() -> None:
 
 # ============================================================================ Kubernetes
 def _k8s_docs() -> list[dict]:
-    kust = yaml.safe_load((K8S / "kustomization.yaml").read_text())
-    return [d for f in kust["resources"] for d in yaml.safe_load_all((K8S / f).read_text())]
+    """The manifests deploy/k8s's kustomization lists, read as deploy/k8s_podman.py reads them."""
+    return load_kustomization(K8S)[0]
 
 
 def test_kubernetes_manifests_pass_strict_schema_validation(tmp_path: Path) -> None:

@@ -32,6 +32,7 @@ sys.path.insert(0, str(ROOT))
 
 from deploy import tuned  # noqa: E402
 from deploy.connection import write_connection  # noqa: E402
+from deploy.k8s_podman import load_kustomization  # noqa: E402
 from deploy.localfed import LocalFederation, snapshot_app  # noqa: E402
 from deploy.make_node_data import write_node_files  # noqa: E402
 
@@ -244,8 +245,7 @@ def test_dockerfile_targets_and_copied_paths_exist() -> None:
 
 def test_kubernetes_manifests_wire_identity_data_and_secrets() -> None:
     k8s = DEPLOY / "k8s"
-    kust = yaml.safe_load((k8s / "kustomization.yaml").read_text())
-    docs = [d for f in kust["resources"] for d in yaml.safe_load_all((k8s / f).read_text())]
+    docs, kust = load_kustomization(k8s)
     kinds = {(d["kind"], d["metadata"]["name"]) for d in docs}
     assert {("Deployment", "superlink"), ("Service", "superlink"), ("StatefulSet", "supernode")} <= kinds
     sts = next(d for d in docs if d["kind"] == "StatefulSet")
