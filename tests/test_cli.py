@@ -192,12 +192,15 @@ def test_help(tmp_path, command):
 
 
 def test_readme_set_up_commands_come_first_and_the_test_command_is_cis():
+    """Install, then the fast tier (the command CI's newest-stack tier runs), then CI's own test lines."""
     readme = (ROOT / "README.md").read_text()
     blocks = re.findall(r"```bash\n(.*?)```", readme, flags=re.S)
     install = "pip install --require-hashes -r requirements.lock && pip install --no-deps -e ."
     assert blocks[0].splitlines()[-1] == "noniid-fl run" and install in blocks[0]
     ci = (ROOT / ".ci" / "run").read_text().strip().splitlines()
-    test_block = blocks[1].strip().splitlines()
+    fast = blocks[1].strip().splitlines()
+    assert len(fast) == 1 and fast[0].startswith("pytest") and fast[0] in ci[-3:], fast
+    test_block = blocks[2].strip().splitlines()
     at = ci.index(test_block[0])            # CI runs the README's test lines in order (then the newest tier)
     assert test_block == ci[at:at + len(test_block)] and test_block[-1].startswith("pytest")
     assert any(install in line for line in ci[:at])
