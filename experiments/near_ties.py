@@ -193,14 +193,55 @@ def main(argv: list[str] | None = None) -> int:
     return 0
 
 
-ROUND_KEYS = ("global_accuracy", "global_loss")
+ACCURACY_KEYS = ("global_accuracy", "local_accuracy", "client_accuracy_mean", "client_accuracy_worst")
+LOSS_KEYS = ("global_loss",)
+LOSS_ROUNDING = 1e-6   # a loss difference at most this big, every accuracy equal: the evaluation's rounding
+
+
+def compare_rounds(recorded: list[dict[str, Any]], again: list[dict[str, Any]]) -> dict[str, Any]:
+    """How a re-run's per-round figures compare with the reported run's: the largest absolute difference per key
+    (the accuracies of ACCURACY_KEYS, the G-FL loss) over the rounds both have, and a status:
+
+    - ``identical``: as many rounds, every compared value equal;
+    - ``accuracy identical``: as many rounds, every accuracy equal and the loss within ``LOSS_ROUNDING`` (what a
+      machine whose kernels sum the evaluation in another order gives: training, choices and every accuracy-based
+      score are the reported run's; measured on two VMs of the same AVX512 level, docs/EXPERIMENTS.md);
+    - ``differs``: anything else (the run took another path).
+    """
+    by_key: dict[str, float] = {}
+    one_sided: set[str] = set()   # keys measured in a round of one run only
+    for a, b in zip(recorded, again):
+        for k in (*ACCURACY_KEYS, *LOSS_KEYS):
+            if a.get(k) is not None and b.get(k) is not None:
+                by_key[k] = max(by_key.get(k, 0.0), abs(float(a[k]) - float(b[k])))
+            elif (a.get(k) is None) != (b.get(k) is None):
+                one_sided.add(k)
+    same_length = len(recorded) == len(again) and bool(by_key) and not one_sided
+    accuracy_equal = all(by_key.get(k, 0.0) == 0.0 for k in ACCURACY_KEYS)
+    loss = max((by_key.get(k, 0.0) for k in LOSS_KEYS), default=0.0)
+    if same_length and accuracy_equal and loss == 0.0:
+        status = "identical"
+    elif same_length and accuracy_equal and loss <= LOSS_ROUNDING:
+        status = "accuracy identical"
+    else:
+        status = "differs"
+    return {"status": status, "max_abs_difference": max(by_key.values()) if by_key else None,
+            "max_abs_difference_by_key": by_key, "measured_in_one_run_only": sorted(one_sided),
+            "rounds": [len(recorded), len(again)]}
+
+
+def _checked_on(stack: dict[str, Any]) -> dict[str, Any]:
+    """The commit, code digest and machine a check ran on, from its stack (flcore.stack.stack_info)."""
+    return {"commit": (stack.get("git") or {}).get("commit"), "code": (stack.get("code") or {}).get("digest"),
+            "cpu_capability": stack.get("cpu_capability"), "platform": stack.get("platform")}
 
 
 def check_chosen(doc: dict[str, Any], tuning: dict[str, Any], seed: int, num_partitions: int,
                  only: list[str] | None) -> dict[str, Any]:
-    """Re-run each arm's chosen trial at ``seed`` in a temporary folder and compare its per-round G-FL accuracy
-    and loss with the reported run's: ``identical`` (every value equal), else the largest difference. Written to
-    results/<exp>/near-ties/chosen_check.json with the stack it ran on."""
+    """Re-run each arm's chosen trial at ``seed`` in a temporary folder and compare its per-round figures with the
+    reported run's (:func:`compare_rounds`). Written to results/<exp>/near-ties/chosen_check.json: each run's entry
+    names the commit, code digest and machine it was checked on; entries of runs not re-checked now are kept (a
+    check of some labels adds to the file), the file's ``stack`` is the latest check's."""
     import tempfile
 
     from experiments.run import RESULTS_ROOT, planned_config
@@ -208,31 +249,40 @@ def check_chosen(doc: dict[str, Any], tuning: dict[str, Any], seed: int, num_par
     from flcore.stack import stack_info
 
     name = doc["experiment"]["name"]
-    out: dict[str, Any] = {"seed": seed, "stack": stack_info(), "runs": {}}
+    path = RESULTS_ROOT / name / NEAR_TIES_DIR / "chosen_check.json"
+    stack = stack_info()
+    where = _checked_on(stack)
+    old = json.loads(path.read_text()) if path.exists() else {}
+    kept = old.get("runs", {}) if old.get("seed", seed) == seed else {}
+    old_where = _checked_on(old.get("stack") or {})
+    out: dict[str, Any] = {"seed": seed, "stack": stack,
+                           "runs": {k: {**r, "checked_on": r.get("checked_on", old_where)} for k, r in kept.items()}}
     for label, over in doc["runs"].items():
         if only and label not in only:
             continue
         recorded_path = RESULTS_ROOT / name / label / f"seed{seed}" / "results.json"
         if not recorded_path.exists():
-            out["runs"][label] = {"status": "no reported run"}
+            out["runs"][label] = {"status": "no reported run", "checked_on": where}
             continue
         recorded = json.loads(recorded_path.read_text())
         with tempfile.TemporaryDirectory() as tmp:
             values = {**doc.get("base", {}), **over, **tuning["runs"][label]["chosen"], "seed": seed,
                       "out-dir": tmp, "checkpoint": False, "overwrite": True}
             again = simulate(planned_config(values), num_supernodes=num_partitions)
-        diffs = [abs(float(a[k]) - float(b[k])) for a, b in zip(recorded["rounds"], again["rounds"])
-                 for k in ROUND_KEYS if a.get(k) is not None and b.get(k) is not None]
-        same = len(recorded["rounds"]) == len(again["rounds"]) and diffs and max(diffs) == 0.0
-        out["runs"][label] = {"status": "identical" if same else "differs",
-                              "max_abs_difference": max(diffs) if diffs else None,
-                              "recorded_commit": (recorded.get("stack") or {}).get("git")}
-        print(f"check {label}: {out['runs'][label]['status']} (max |diff| {out['runs'][label]['max_abs_difference']})",
+        entry = compare_rounds(recorded["rounds"], again["rounds"])
+        out["runs"][label] = {**entry, "recorded_commit": (recorded.get("stack") or {}).get("git"),
+                              "recorded_platform": (recorded.get("stack") or {}).get("platform"),
+                              "checked_on": where}
+        print(f"check {label}: {entry['status']} (max |diff| by key {entry['max_abs_difference_by_key']})",
               flush=True)
-    path = RESULTS_ROOT / name / NEAR_TIES_DIR / "chosen_check.json"
-    path.parent.mkdir(parents=True, exist_ok=True)
-    path.write_text(json.dumps(out, indent=1, default=str) + "\n")
+        _write_check(path, out)   # after every run: what finished stays if the check is stopped
+    _write_check(path, out)
     return out
+
+
+def _write_check(path: Path, doc: dict[str, Any]) -> None:
+    path.parent.mkdir(parents=True, exist_ok=True)
+    path.write_text(json.dumps(doc, indent=1, default=str) + "\n")
 
 
 if __name__ == "__main__":

@@ -7,8 +7,8 @@ import math
 
 import pytest
 
-from experiments.near_ties import (ONE_FEDERATION_MARGIN, Choice, choice_dir, near_tie_choices, pair_summary,
-                                   slug)
+from experiments.near_ties import (LOSS_ROUNDING, ONE_FEDERATION_MARGIN, Choice, choice_dir, compare_rounds,
+                                   near_tie_choices, pair_summary, slug)
 
 
 def trial(lr: float, *scores: float, wd: float = 0.0) -> dict:
@@ -68,3 +68,78 @@ def test_the_chosen_choice_reads_the_reported_runs_and_the_others_their_own_fold
         "fedetf.alpha=0.5,lr=0.03"
     assert slug({"lr": 0.0548, "weight-decay": 0.0005, "fedrane.gne-scale": "fedavg-norm"}) == \
         "fedrane.gne-scale=fedavg-norm,lr=0.0548,weight-decay=0.0005"
+
+
+def _rounds(acc, loss, local=None):
+    return [{"round": i + 1, "global_accuracy": a, "global_loss": lo,
+             **({"local_accuracy": local[i]} if local is not None else {})} for i, (a, lo) in enumerate(zip(acc, loss))]
+
+
+def test_a_re_run_is_identical_accuracy_identical_or_differs_by_its_figures():
+    rec = _rounds([0.5, 0.6], [1.2, 1.1], local=[0.7, 0.8])
+    same = compare_rounds(rec, _rounds([0.5, 0.6], [1.2, 1.1], local=[0.7, 0.8]))
+    assert same["status"] == "identical" and same["max_abs_difference"] == 0.0
+    # the evaluation summed in another order: the loss moves in its last bits, every accuracy is the same
+    rounding = compare_rounds(rec, _rounds([0.5, 0.6], [1.2 + 1.6e-7, 1.1], local=[0.7, 0.8]))
+    assert rounding["status"] == "accuracy identical"
+    assert rounding["max_abs_difference_by_key"]["global_loss"] == pytest.approx(1.6e-7, rel=1e-3)
+    assert rounding["max_abs_difference_by_key"]["global_accuracy"] == 0.0
+    # a loss further off than rounding, a P-FL accuracy that moved, a round fewer, a figure one run lacks: differs
+    far = _rounds([0.5, 0.6], [1.2 + 2 * LOSS_ROUNDING, 1.1], local=[0.7, 0.8])
+    assert compare_rounds(rec, far)["status"] == "differs"
+    moved = compare_rounds(rec, _rounds([0.5, 0.6], [1.2, 1.1], local=[0.7, 0.81]))
+    assert moved["status"] == "differs" and moved["max_abs_difference_by_key"]["local_accuracy"] == pytest.approx(0.01)
+    assert compare_rounds(rec, rec[:1])["status"] == "differs"
+    lacks = compare_rounds(rec, _rounds([0.5, 0.6], [1.2, 1.1]))
+    assert lacks["status"] == "differs" and lacks["measured_in_one_run_only"] == ["local_accuracy"]
+
+
+def test_an_accuracy_identical_check_gets_no_caveat_a_differing_one_does(tmp_path):
+    import json
+
+    from experiments.claims import chosen_check_caveat
+
+    check = tmp_path / "exp" / "near-ties" / "chosen_check.json"
+    check.parent.mkdir(parents=True)
+    rec = _rounds([0.5, 0.6], [1.2, 1.1])
+    runs = {"fedavg": compare_rounds(rec, _rounds([0.5, 0.6], [1.2 + 1e-7, 1.1]))}
+    check.write_text(json.dumps({"seed": 0, "stack": {"cpu_capability": "AVX512"}, "runs": runs}))
+    assert chosen_check_caveat(tmp_path, "exp") == ""
+    runs["fedbr"] = compare_rounds(rec, _rounds([0.5, 0.61], [1.2, 1.1]))
+    check.write_text(json.dumps({"seed": 0, "stack": {"cpu_capability": "AVX512"}, "runs": runs}))
+    assert "(fedbr;" in chosen_check_caveat(tmp_path, "exp")
+
+
+def test_a_check_adds_its_runs_to_the_file_and_each_entry_names_where_it_was_checked(tmp_path, monkeypatch):
+    import json
+
+    import experiments.run
+    import experiments.simulate
+    from experiments.near_ties import check_chosen
+
+    monkeypatch.setattr(experiments.run, "RESULTS_ROOT", tmp_path)
+    rec = _rounds([0.5, 0.6], [1.2, 1.1])
+    (tmp_path / "exp" / "fedavg" / "seed0").mkdir(parents=True)
+    (tmp_path / "exp" / "fedavg" / "seed0" / "results.json").write_text(json.dumps({"rounds": rec}))
+    path = tmp_path / "exp" / "near-ties" / "chosen_check.json"
+    path.parent.mkdir(parents=True)
+    earlier = {"git": {"commit": "c0ffee"}, "code": {"digest": "d1"}, "cpu_capability": "AVX2", "platform": "p"}
+    path.write_text(json.dumps({"seed": 0, "stack": earlier, "runs": {"fedbr": {"status": "identical"}}}))
+    seen = []
+
+    def fake_simulate(cfg, num_supernodes):
+        seen.append((cfg.to_dict()["lr"], num_supernodes))
+        return {"rounds": _rounds([0.5, 0.6], [1.2, 1.1 + 5e-8])}
+
+    monkeypatch.setattr(experiments.simulate, "simulate", fake_simulate)
+    doc = {"experiment": {"name": "exp"}, "base": {"dataset": "digits"}, "runs": {"fedavg": {"method": "fedavg"},
+                                                                            "fedprox": {"method": "fedprox"}}}
+    tuning = {"runs": {"fedavg": {"chosen": {"lr": 0.03}}, "fedprox": {"chosen": {"lr": 0.1}}}}
+    check_chosen(doc, tuning, 0, 4, ["fedavg", "fedprox"])
+    out = json.loads(path.read_text())
+    assert seen == [(0.03, 4)]                                              # fedprox has no reported run to re-run
+    assert out["runs"]["fedavg"]["status"] == "accuracy identical"
+    assert out["runs"]["fedprox"]["status"] == "no reported run"
+    assert out["runs"]["fedbr"]["checked_on"] == {"commit": "c0ffee", "code": "d1", "cpu_capability": "AVX2",
+                                                  "platform": "p"}             # kept, with the stack it ran on
+    assert out["runs"]["fedavg"]["checked_on"]["code"] == out["stack"]["code"]["digest"]
