@@ -270,6 +270,46 @@ def split_note(exp_dir: Path) -> list[str]:
             "experiments.*", ""]
 
 
+def check_line(exp_dir: Path) -> list[str]:
+    """What the latest re-run check of the reported runs found (results/<exp>/near-ties/chosen_check.json, written
+    by ``python -m experiments.near_ties <config> --check-chosen``), per commit and machine it ran on: how many runs
+    were identical, accuracy identical (the G-FL loss in its last bits only) or differ; [] without a check."""
+    path = exp_dir / "near-ties" / "chosen_check.json"
+    if not path.exists():
+        return []
+    check = json.loads(path.read_text())
+    stack = check.get("stack") or {}
+    fallback = {"commit": (stack.get("git") or {}).get("commit"), "code": (stack.get("code") or {}).get("digest"),
+                "cpu_capability": stack.get("cpu_capability")}
+    groups: dict[tuple, dict[str, list[str]]] = {}
+    loss: dict[tuple, float] = {}
+    for label, run in sorted(check.get("runs", {}).items()):
+        if run.get("status") not in ("identical", "accuracy identical", "differs"):
+            continue
+        on = run.get("checked_on") or fallback
+        key = (str(on.get("commit") or "?")[:10], on.get("code") or "?", on.get("cpu_capability") or "?")
+        groups.setdefault(key, {}).setdefault(run["status"], []).append(label)
+        if run["status"] == "accuracy identical":
+            by_key = run.get("max_abs_difference_by_key") or {}
+            loss[key] = max(loss.get(key, 0.0), float(by_key.get("global_loss") or 0.0))
+    parts = []
+    for key, by_status in groups.items():
+        n = sum(len(v) for v in by_status.values())
+        said = [f"{len(by_status['identical'])} identical"] if "identical" in by_status else []
+        if "accuracy identical" in by_status:
+            said.append(f"{len(by_status['accuracy identical'])} accuracy identical (every accuracy of every round "
+                        f"equal, the G-FL loss within {loss[key]:.1e})")
+        if "differs" in by_status:
+            said.append(f"{len(by_status['differs'])} differ ({', '.join(by_status['differs'])})")
+        parts.append(f"at commit {key[0]} (code {key[1]}, {key[2]} CPU kernels), {n} chosen run(s) re-run: "
+                     + ", ".join(said))
+    if not parts:
+        return []
+    return [f"Re-run check of the reported runs (seed {check.get('seed')}, `python -m experiments.near_ties "
+            f"<config> --check-chosen`, file `results/{exp_dir.name}/near-ties/chosen_check.json`): "
+            + "; ".join(parts) + ".", ""]
+
+
 def presets_status(results_root: Path) -> str:
     """Which paper-scale presets have result files (results/preset-<name>/) and which have not been run."""
     from flcore.presets import presets
@@ -336,7 +376,7 @@ def experiment_section(exp_dir: Path) -> list[str]:
             meta.get("description", "").strip(), "", *section_mark(exp_dir.name),
             f"Experiment `{exp_dir.name}` (config `experiments/configs/` → copy in `results/{exp_dir.name}/experiment.toml`); "
             f"{meta.get('num-supernodes', first['final'].get('num_clients'))} clients; target accuracy {target}. "
-            f"Common setting: {setting(first)}.", "", stacks_line(runs), "", *split_note(exp_dir),
+            f"Common setting: {setting(first)}.", "", stacks_line(runs), "", *check_line(exp_dir), *split_note(exp_dir),
             *(fixed_round_tables(runs, order, paper, report_rounds, meta.get("report-note", "")) if report_rounds
               else [table(runs, order), "", paper_table(runs, order, paper)]),
             *paired_table(runs, meta.get("paired", []), float(meta.get("paired-margin", 1.0))),

@@ -4,7 +4,8 @@ ours beside a paper's values (experiments/report.py)."""
 import json
 import tomllib
 
-from experiments.report import at_round, fixed_round_tables, mark_stopped, paper_table, stacks_line, stopping_rounds
+from experiments.report import (at_round, check_line, fixed_round_tables, mark_stopped, paper_table, stacks_line,
+                                stopping_rounds)
 from flcore.stack import describe
 from server_app.results import recorded_target, summarize
 
@@ -118,3 +119,26 @@ def test_stopping_rounds_and_marking_an_experiment_stopped_by_a_deadline(tmp_pat
     assert mark_stopped(done) == [] and (done / "experiment.toml").read_text() == '[experiment]\nname = "done"\n'
     assert mark_stopped(exp, "another") == [1, 3, 12]  # an existing note is kept
     assert tomllib.loads((exp / "experiment.toml").read_text())["experiment"]["report-note"] == 'stopped by a "deadline"'
+
+
+def test_check_line_says_per_commit_and_machine_what_the_re_run_check_found(tmp_path):
+    exp = tmp_path / "exp"
+    assert check_line(exp) == []                                                    # no check: nothing said
+    (exp / "near-ties").mkdir(parents=True)
+    here = {"commit": "8eead4b0aaaa", "code": "c1", "cpu_capability": "AVX512", "platform": "p"}
+    runs = {"fedavg-e1": {"status": "accuracy identical", "checked_on": here,
+                          "max_abs_difference_by_key": {"global_accuracy": 0.0, "global_loss": 1.6e-7}},
+            "fedbc-e1": {"status": "accuracy identical", "checked_on": here,
+                         "max_abs_difference_by_key": {"global_accuracy": 0.0, "global_loss": 5e-8}},
+            "fedavg-e25": {"status": "identical", "checked_on": here},
+            "fedbc-e50": {"status": "no reported run", "checked_on": here},
+            # an entry of an older file: the file's stack is where it ran
+            "scaffold-e10": {"status": "differs", "max_abs_difference": 0.02}}
+    old = {"git": {"commit": "00ca0d7baeff"}, "code": {"digest": "c0"}, "cpu_capability": "AVX2"}
+    (exp / "near-ties" / "chosen_check.json").write_text(json.dumps({"seed": 0, "stack": old, "runs": runs}))
+    line = check_line(exp)[0]
+    assert "seed 0" in line and "results/exp/near-ties/chosen_check.json" in line
+    assert ("at commit 8eead4b0aa (code c1, AVX512 CPU kernels), 3 chosen run(s) re-run: 1 identical, 2 accuracy "
+            "identical (every accuracy of every round equal, the G-FL loss within 1.6e-07)") in line
+    assert "at commit 00ca0d7bae (code c0, AVX2 CPU kernels), 1 chosen run(s) re-run: 1 differ (scaffold-e10)" in line
+    assert "fedbc-e50" not in line
