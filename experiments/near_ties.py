@@ -38,6 +38,7 @@ from typing import Any
 ONE_FEDERATION_MARGIN = 0.005   # with a single tuning federation: a deficit of at most half a point
 MAX_CHOICES = 3                 # per arm: the chosen trial and at most two near ties
 NEAR_TIES_DIR = "near-ties"
+CHECK_FILE = "chosen_check.json"   # the re-run check where the near-tie runs ran (the ledger's caveat reads it)
 WORST_FIRST = ("contradicted", "inconclusive", "smaller than claimed", "reproduced")  # the headline is the first
 
 
@@ -142,7 +143,14 @@ def main(argv: list[str] | None = None) -> int:
                     help="first re-run each arm's chosen trial at its first seed at today's code and record whether "
                          "it reproduces the reported run (near-ties/chosen_check.json): near-tie runs of today's "
                          "code pair with reported runs of an older commit only if it does")
+    ap.add_argument("--check-file", default=CHECK_FILE,
+                    help=f"the check's file in results/<exp>/{NEAR_TIES_DIR}/ (default {CHECK_FILE}: the check of the "
+                         "machine the near-tie runs ran on, which the ledger's caveat reads; another name, "
+                         "chosen_check.<what>.json, records a check elsewhere, e.g. on another CPU kernel level)")
     args = ap.parse_args(argv)
+    if not (args.check_file.startswith("chosen_check") and args.check_file.endswith(".json")
+            and "/" not in args.check_file):
+        ap.error(f"--check-file must be a file name chosen_check[.<what>].json, got {args.check_file!r}")
 
     from experiments.simulate import simulate
 
@@ -154,7 +162,7 @@ def main(argv: list[str] | None = None) -> int:
     seeds = args.seeds if args.seeds is not None else doc["experiment"].get("seeds", [0, 1, 2])
     num_partitions = int(doc["experiment"].get("num-supernodes", 10))
     if args.check_chosen:
-        check_chosen(doc, tuning, seeds[0], num_partitions, args.only)
+        check_chosen(doc, tuning, seeds[0], num_partitions, args.only, args.check_file)
     jobs = []
     for label, over in doc["runs"].items():
         if args.only and label not in args.only:
@@ -233,13 +241,13 @@ def compare_rounds(recorded: list[dict[str, Any]], again: list[dict[str, Any]]) 
 def _checked_on(stack: dict[str, Any]) -> dict[str, Any]:
     """The commit, code digest and machine a check ran on, from its stack (flcore.stack.stack_info)."""
     return {"commit": (stack.get("git") or {}).get("commit"), "code": (stack.get("code") or {}).get("digest"),
-            "cpu_capability": stack.get("cpu_capability"), "platform": stack.get("platform")}
+            "cpu_capability": stack.get("cpu_capability"), "platform": stack.get("platform"), "cpu": stack.get("cpu")}
 
 
 def check_chosen(doc: dict[str, Any], tuning: dict[str, Any], seed: int, num_partitions: int,
-                 only: list[str] | None) -> dict[str, Any]:
+                 only: list[str] | None, check_file: str = CHECK_FILE) -> dict[str, Any]:
     """Re-run each arm's chosen trial at ``seed`` in a temporary folder and compare its per-round figures with the
-    reported run's (:func:`compare_rounds`). Written to results/<exp>/near-ties/chosen_check.json: each run's entry
+    reported run's (:func:`compare_rounds`). Written to results/<exp>/near-ties/``check_file``: each run's entry
     names the commit, code digest and machine it was checked on; entries of runs not re-checked now are kept (a
     check of some labels adds to the file), the file's ``stack`` is the latest check's."""
     import tempfile
@@ -249,7 +257,7 @@ def check_chosen(doc: dict[str, Any], tuning: dict[str, Any], seed: int, num_par
     from flcore.stack import stack_info
 
     name = doc["experiment"]["name"]
-    path = RESULTS_ROOT / name / NEAR_TIES_DIR / "chosen_check.json"
+    path = RESULTS_ROOT / name / NEAR_TIES_DIR / check_file
     stack = stack_info()
     where = _checked_on(stack)
     old = json.loads(path.read_text()) if path.exists() else {}

@@ -271,27 +271,39 @@ def split_note(exp_dir: Path) -> list[str]:
 
 
 def check_line(exp_dir: Path) -> list[str]:
-    """What the latest re-run check of the reported runs found (results/<exp>/near-ties/chosen_check.json, written
-    by ``python -m experiments.near_ties <config> --check-chosen``), per commit and machine it ran on: how many runs
-    were identical, accuracy identical (the G-FL loss in its last bits only) or differ; [] without a check."""
-    path = exp_dir / "near-ties" / "chosen_check.json"
-    if not path.exists():
-        return []
-    check = json.loads(path.read_text())
+    """What each re-run check of the reported runs found (results/<exp>/near-ties/chosen_check*.json, written by
+    ``python -m experiments.near_ties <config> --check-chosen [--check-file ...]``), per commit and machine it ran
+    on: how many runs were identical, accuracy identical (the G-FL loss in its last bits only) or differ, and by
+    how much; one line per file, [] without a check."""
+    lines = []
+    for path in sorted((exp_dir / "near-ties").glob("chosen_check*.json")):
+        check = json.loads(path.read_text())
+        said = _check_summary(check)
+        if said:
+            lines += [f"Re-run check of the reported runs (`results/{exp_dir.name}/near-ties/{path.name}`, seed "
+                      f"{check.get('seed')}, `python -m experiments.near_ties <config> --check-chosen`): {said}.", ""]
+    return lines
+
+
+def _check_summary(check: dict[str, Any]) -> str:
     stack = check.get("stack") or {}
     fallback = {"commit": (stack.get("git") or {}).get("commit"), "code": (stack.get("code") or {}).get("digest"),
                 "cpu_capability": stack.get("cpu_capability")}
     groups: dict[tuple, dict[str, list[str]]] = {}
     loss: dict[tuple, float] = {}
+    accuracy: dict[tuple, float] = {}
     for label, run in sorted(check.get("runs", {}).items()):
         if run.get("status") not in ("identical", "accuracy identical", "differs"):
             continue
         on = run.get("checked_on") or fallback
         key = (str(on.get("commit") or "?")[:10], on.get("code") or "?", on.get("cpu_capability") or "?")
         groups.setdefault(key, {}).setdefault(run["status"], []).append(label)
+        by_key = run.get("max_abs_difference_by_key") or {}
         if run["status"] == "accuracy identical":
-            by_key = run.get("max_abs_difference_by_key") or {}
             loss[key] = max(loss.get(key, 0.0), float(by_key.get("global_loss") or 0.0))
+        moved = [float(v) for k, v in by_key.items() if k.endswith("accuracy")]
+        if run["status"] == "differs" and moved:
+            accuracy[key] = max(accuracy.get(key, 0.0), *moved)
     parts = []
     for key, by_status in groups.items():
         n = sum(len(v) for v in by_status.values())
@@ -300,14 +312,12 @@ def check_line(exp_dir: Path) -> list[str]:
             said.append(f"{len(by_status['accuracy identical'])} accuracy identical (every accuracy of every round "
                         f"equal, the G-FL loss within {loss[key]:.1e})")
         if "differs" in by_status:
-            said.append(f"{len(by_status['differs'])} differ ({', '.join(by_status['differs'])})")
+            how = (f"; largest per-round accuracy difference {100 * accuracy[key]:.2f} points"
+                   if key in accuracy else "")
+            said.append(f"{len(by_status['differs'])} differ ({', '.join(by_status['differs'])}{how})")
         parts.append(f"at commit {key[0]} (code {key[1]}, {key[2]} CPU kernels), {n} chosen run(s) re-run: "
                      + ", ".join(said))
-    if not parts:
-        return []
-    return [f"Re-run check of the reported runs (seed {check.get('seed')}, `python -m experiments.near_ties "
-            f"<config> --check-chosen`, file `results/{exp_dir.name}/near-ties/chosen_check.json`): "
-            + "; ".join(parts) + ".", ""]
+    return "; ".join(parts)
 
 
 def presets_status(results_root: Path) -> str:

@@ -190,6 +190,35 @@ def _lock_state(installed: dict[str, str]) -> dict[str, Any]:
     return {"file": source, "digest": lock_digest(locked), "matches": not diffs, "differences": diffs[:20]}
 
 
+CPU_FIELDS = {"vendor_id": "vendor", "cpu family": "family", "model": "model", "stepping": "stepping",
+              "model name": "name"}
+ISA_FLAG = re.compile(r"(avx|amx|fma|f16c)")
+
+
+def cpu_facts(cpuinfo: str | None = None) -> dict[str, Any]:
+    """The processor a number came from, beyond torch's kernel level: vendor, family / model / stepping, the
+    name the machine reports, its vector and matrix instruction-set flags (avx*, amx*, fma, f16c) and a digest of
+    all its flags. torch's ``cpu_capability`` alone does not tell machines apart whose results differ: FedRS's
+    MLP on mnist-5k, recorded on one AVX512 VM, re-runs on another AVX512 VM with per-round accuracies up to 5.1
+    points apart, at the recorded commit (docs/EXPERIMENTS.md). ``cpuinfo``: the text of /proc/cpuinfo (read on
+    Linux when None); elsewhere only what :mod:`platform` says."""
+    if cpuinfo is None:
+        try:
+            cpuinfo = Path("/proc/cpuinfo").read_text()
+        except OSError:
+            return {"name": platform.processor() or None}
+    first = cpuinfo.split("\n\n", 1)[0]   # the first processor's block (the others repeat it on these machines)
+    fields = {}
+    for line in first.splitlines():
+        key, _, value = line.partition(":")
+        fields[key.strip()] = value.strip()
+    flags = sorted(set(fields.get("flags", "").split()))
+    out: dict[str, Any] = {name: fields.get(key) for key, name in CPU_FIELDS.items()}
+    out["isa"] = [f for f in flags if ISA_FLAG.match(f)]
+    out["flags_digest"] = hashlib.sha256(" ".join(flags).encode()).hexdigest()[:12] if flags else None
+    return out
+
+
 @functools.lru_cache(maxsize=1)
 def _static_stack() -> dict[str, Any]:
     installed = installed_versions()
@@ -202,6 +231,7 @@ def _static_stack() -> dict[str, Any]:
         "implementation": platform.python_implementation(),
         "platform": platform.platform(),
         "machine": platform.machine(),
+        "cpu": cpu_facts(),
         "packages": {name: installed.get(name) for name in STACK_PACKAGES},
         "lock": lock,
         "code": code_state(code) if code is not None else None,

@@ -141,5 +141,14 @@ def test_a_check_adds_its_runs_to_the_file_and_each_entry_names_where_it_was_che
     assert out["runs"]["fedavg"]["status"] == "accuracy identical"
     assert out["runs"]["fedprox"]["status"] == "no reported run"
     assert out["runs"]["fedbr"]["checked_on"] == {"commit": "c0ffee", "code": "d1", "cpu_capability": "AVX2",
-                                                  "platform": "p"}             # kept, with the stack it ran on
+                                                  "platform": "p", "cpu": None}  # kept, with the stack it ran on
     assert out["runs"]["fedavg"]["checked_on"]["code"] == out["stack"]["code"]["digest"]
+
+
+@pytest.mark.parametrize("name", ["../chosen_check.json", "other.json", "chosen_check.txt"])
+def test_a_check_file_that_is_not_a_chosen_check_name_is_refused_before_anything_runs(name, capsys):
+    from experiments.near_ties import main
+
+    with pytest.raises(SystemExit) as exc:
+        main(["no-such-config.toml", "--check-chosen", "--check-file", name])
+    assert exc.value.code == 2 and "--check-file must be a file name chosen_check[.<what>].json" in capsys.readouterr().err

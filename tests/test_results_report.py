@@ -137,8 +137,15 @@ def test_check_line_says_per_commit_and_machine_what_the_re_run_check_found(tmp_
     old = {"git": {"commit": "00ca0d7baeff"}, "code": {"digest": "c0"}, "cpu_capability": "AVX2"}
     (exp / "near-ties" / "chosen_check.json").write_text(json.dumps({"seed": 0, "stack": old, "runs": runs}))
     line = check_line(exp)[0]
-    assert "seed 0" in line and "results/exp/near-ties/chosen_check.json" in line
+    assert "(`results/exp/near-ties/chosen_check.json`, seed 0," in line
     assert ("at commit 8eead4b0aa (code c1, AVX512 CPU kernels), 3 chosen run(s) re-run: 1 identical, 2 accuracy "
             "identical (every accuracy of every round equal, the G-FL loss within 1.6e-07)") in line
     assert "at commit 00ca0d7bae (code c0, AVX2 CPU kernels), 1 chosen run(s) re-run: 1 differ (scaffold-e10)" in line
     assert "fedbc-e50" not in line
+    # a check on another machine (--check-file): a line of its own, with how far the accuracies moved
+    other = {"fedavg": {"status": "differs", "checked_on": here,
+                        "max_abs_difference_by_key": {"global_accuracy": 0.024, "global_loss": 0.08}}}
+    (exp / "near-ties" / "chosen_check.AVX512.json").write_text(json.dumps({"seed": 0, "runs": other}))
+    first, _, second, _ = check_line(exp)
+    assert "chosen_check.AVX512.json" in first and "chosen_check.json" in second   # sorted by file name
+    assert "1 differ (fedavg; largest per-round accuracy difference 2.40 points)" in first

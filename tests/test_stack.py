@@ -259,3 +259,21 @@ def test_distributions_ray_vendors_on_sys_path_are_not_installed_ones(monkeypatc
     without = installed_versions()
     monkeypatch.setattr(sys, "path", [str(vendored), *clean])
     assert installed_versions() == without
+
+
+def test_cpu_facts_name_the_processor_its_isa_flags_and_a_digest_of_all_flags():
+    from flcore.stack import cpu_facts
+
+    block = ("processor\t: 0\nvendor_id\t: AuthenticAMD\ncpu family\t: 25\nmodel\t\t: 17\nstepping\t: 1\n"
+             "model name\t: AMD EPYC\nflags\t\t: fpu sse2 avx2 fma avx512f avx512_bf16 amx_tile f16c sha_ni\n")
+    info = cpu_facts(block + "\n" + block.replace("processor\t: 0", "processor\t: 1"))
+    assert info == {"vendor": "AuthenticAMD", "family": "25", "model": "17", "stepping": "1", "name": "AMD EPYC",
+                    "isa": ["amx_tile", "avx2", "avx512_bf16", "avx512f", "f16c", "fma"],
+                    "flags_digest": info["flags_digest"]}
+    assert len(info["flags_digest"]) == 12
+    # one flag more (another VM of the same kernel level) is another digest; the order they are listed in is not
+    more = cpu_facts(block.replace("sha_ni", "sha_ni avx512_fp16"))
+    assert more["flags_digest"] != info["flags_digest"] and "avx512_fp16" in more["isa"]
+    assert cpu_facts(block.replace("fpu sse2", "sse2 fpu"))["flags_digest"] == info["flags_digest"]
+    assert cpu_facts("")["isa"] == [] and cpu_facts("")["flags_digest"] is None
+    assert stack_info()["cpu"] == cpu_facts() or not Path("/proc/cpuinfo").exists()
