@@ -27,6 +27,7 @@ from __future__ import annotations
 import argparse
 import json
 import math
+import os
 import statistics
 import sys
 import time
@@ -201,17 +202,19 @@ def main(argv: list[str] | None = None) -> int:
     return 0
 
 
-ACCURACY_KEYS = ("global_accuracy", "local_accuracy", "client_accuracy_mean", "client_accuracy_worst")
-LOSS_KEYS = ("global_loss",)
+ACCURACY_KEYS = ("global_accuracy", "val_accuracy", "local_accuracy", "client_accuracy_mean",
+                 "client_accuracy_worst")
+LOSS_KEYS = ("global_loss", "val_loss")
 LOSS_ROUNDING = 1e-6   # a loss difference at most this big, every accuracy equal: the evaluation's rounding
 
 
 def compare_rounds(recorded: list[dict[str, Any]], again: list[dict[str, Any]]) -> dict[str, Any]:
     """How a re-run's per-round figures compare with the reported run's: the largest absolute difference per key
-    (the accuracies of ACCURACY_KEYS, the G-FL loss) over the rounds both have, and a status:
+    (the accuracies of ACCURACY_KEYS, the losses of LOSS_KEYS: G-FL and validation) over the rounds both
+    have, and a status:
 
     - ``identical``: as many rounds, every compared value equal;
-    - ``accuracy identical``: as many rounds, every accuracy equal and the loss within ``LOSS_ROUNDING`` (what a
+    - ``accuracy identical``: as many rounds, every accuracy equal and each loss within ``LOSS_ROUNDING`` (what a
       machine whose kernels sum the evaluation in another order gives: training, choices and every accuracy-based
       score are the reported run's; measured on two VMs of the same AVX512 level, docs/EXPERIMENTS.md);
     - ``differs``: anything else (the run took another path).
@@ -238,10 +241,16 @@ def compare_rounds(recorded: list[dict[str, Any]], again: list[dict[str, Any]]) 
             "rounds": [len(recorded), len(again)]}
 
 
-def _checked_on(stack: dict[str, Any]) -> dict[str, Any]:
-    """The commit, code digest and machine a check ran on, from its stack (flcore.stack.stack_info)."""
+KERNEL_ENV_KEYS = ("ATEN_CPU_CAPABILITY", "ONEDNN_MAX_CPU_ISA", "MKL_ENABLE_INSTRUCTIONS")
+
+
+def checked_on(stack: dict[str, Any], environ: Any = None) -> dict[str, Any]:
+    """The commit, code digest and machine a check ran on, from its stack (flcore.stack.stack_info), and the
+    environment variables that steer the CPU kernels, where set (a check may take another kernel level's paths)."""
+    environ = os.environ if environ is None else environ
     return {"commit": (stack.get("git") or {}).get("commit"), "code": (stack.get("code") or {}).get("digest"),
-            "cpu_capability": stack.get("cpu_capability"), "platform": stack.get("platform"), "cpu": stack.get("cpu")}
+            "cpu_capability": stack.get("cpu_capability"), "platform": stack.get("platform"), "cpu": stack.get("cpu"),
+            "kernel_env": {k: environ[k] for k in KERNEL_ENV_KEYS if environ.get(k)}}
 
 
 def check_chosen(doc: dict[str, Any], tuning: dict[str, Any], seed: int, num_partitions: int,
@@ -259,10 +268,10 @@ def check_chosen(doc: dict[str, Any], tuning: dict[str, Any], seed: int, num_par
     name = doc["experiment"]["name"]
     path = RESULTS_ROOT / name / NEAR_TIES_DIR / check_file
     stack = stack_info()
-    where = _checked_on(stack)
+    where = checked_on(stack)
     old = json.loads(path.read_text()) if path.exists() else {}
     kept = old.get("runs", {}) if old.get("seed", seed) == seed else {}
-    old_where = _checked_on(old.get("stack") or {})
+    old_where = checked_on(old.get("stack") or {}, environ={})
     out: dict[str, Any] = {"seed": seed, "stack": stack,
                            "runs": {k: {**r, "checked_on": r.get("checked_on", old_where)} for k, r in kept.items()}}
     for label, over in doc["runs"].items():

@@ -271,36 +271,46 @@ def split_note(exp_dir: Path) -> list[str]:
 
 
 def check_line(exp_dir: Path) -> list[str]:
-    """What each re-run check of the reported runs found (results/<exp>/near-ties/chosen_check*.json, written by
-    ``python -m experiments.near_ties <config> --check-chosen [--check-file ...]``), per commit and machine it ran
-    on: how many runs were identical, accuracy identical (the G-FL loss in its last bits only) or differ, and by
-    how much; one line per file, [] without a check."""
+    """What each re-run check found: of the reported runs (results/<exp>/near-ties/chosen_check*.json, written by
+    ``python -m experiments.near_ties <config> --check-chosen [--check-file ...]``) and of tuning trials
+    (results/<exp>/tuning/trial_check.json, ``python -m experiments.trial_check <config>``), per commit and machine
+    it ran on: how many were identical, accuracy identical (losses in their last bits only) or differ, and by how
+    much; one line per file, [] without a check."""
     lines = []
-    for path in sorted((exp_dir / "near-ties").glob("chosen_check*.json")):
+    files = [(p, "chosen run(s)", "--check-chosen", "near_ties", "runs")
+             for p in sorted((exp_dir / "near-ties").glob("chosen_check*.json"))]
+    trial_file = exp_dir / "tuning" / "trial_check.json"
+    if trial_file.exists():
+        files.append((trial_file, "tuning trial(s)", "", "trial_check", "trials"))
+    for path, noun, flag, module, entries in files:
         check = json.loads(path.read_text())
-        said = _check_summary(check)
+        said = _check_summary(check, noun, entries)
+        what = "the reported runs" if entries == "runs" else "tuning trials"
+        seed = f", seed {check.get('seed')}" if "seed" in check else ""
+        command = f"python -m experiments.{module} <config>" + (f" {flag}" if flag else "")
         if said:
-            lines += [f"Re-run check of the reported runs (`results/{exp_dir.name}/near-ties/{path.name}`, seed "
-                      f"{check.get('seed')}, `python -m experiments.near_ties <config> --check-chosen`): {said}.", ""]
+            lines += [f"Re-run check of {what} (`results/{exp_dir.name}/{path.relative_to(exp_dir)}`{seed}, "
+                      f"`{command}`): {said}.", ""]
     return lines
 
 
-def _check_summary(check: dict[str, Any]) -> str:
+def _check_summary(check: dict[str, Any], noun: str = "chosen run(s)", entries: str = "runs") -> str:
     stack = check.get("stack") or {}
     fallback = {"commit": (stack.get("git") or {}).get("commit"), "code": (stack.get("code") or {}).get("digest"),
                 "cpu_capability": stack.get("cpu_capability")}
     groups: dict[tuple, dict[str, list[str]]] = {}
     loss: dict[tuple, float] = {}
     accuracy: dict[tuple, float] = {}
-    for label, run in sorted(check.get("runs", {}).items()):
+    for label, run in sorted(check.get(entries, {}).items()):
         if run.get("status") not in ("identical", "accuracy identical", "differs"):
             continue
         on = run.get("checked_on") or fallback
-        key = (str(on.get("commit") or "?")[:10], on.get("code") or "?", on.get("cpu_capability") or "?")
+        env = " ".join(f"{k}={v}" for k, v in sorted((on.get("kernel_env") or {}).items()))
+        key = (str(on.get("commit") or "?")[:10], on.get("code") or "?", on.get("cpu_capability") or "?", env)
         groups.setdefault(key, {}).setdefault(run["status"], []).append(label)
         by_key = run.get("max_abs_difference_by_key") or {}
         if run["status"] == "accuracy identical":
-            loss[key] = max(loss.get(key, 0.0), float(by_key.get("global_loss") or 0.0))
+            loss[key] = max([loss.get(key, 0.0), *(float(v) for k, v in by_key.items() if k.endswith("loss"))])
         moved = [float(v) for k, v in by_key.items() if k.endswith("accuracy")]
         if run["status"] == "differs" and moved:
             accuracy[key] = max(accuracy.get(key, 0.0), *moved)
@@ -310,12 +320,13 @@ def _check_summary(check: dict[str, Any]) -> str:
         said = [f"{len(by_status['identical'])} identical"] if "identical" in by_status else []
         if "accuracy identical" in by_status:
             said.append(f"{len(by_status['accuracy identical'])} accuracy identical (every accuracy of every round "
-                        f"equal, the G-FL loss within {loss[key]:.1e})")
+                        f"equal, the losses within {loss[key]:.1e})")
         if "differs" in by_status:
             how = (f"; largest per-round accuracy difference {100 * accuracy[key]:.2f} points"
                    if key in accuracy else "")
             said.append(f"{len(by_status['differs'])} differ ({', '.join(by_status['differs'])}{how})")
-        parts.append(f"at commit {key[0]} (code {key[1]}, {key[2]} CPU kernels), {n} chosen run(s) re-run: "
+        kernels = f"{key[2]} CPU kernels" + (f" via {key[3]}" if key[3] else "")
+        parts.append(f"at commit {key[0]} (code {key[1]}, {kernels}), {n} {noun} re-run: "
                      + ", ".join(said))
     return "; ".join(parts)
 

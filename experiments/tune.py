@@ -31,46 +31,46 @@ from experiments.tuning import (METRIC, TUNING_FILE, TuningPlan, choose, effecti
 MAX_PASSES = 12  # grid growth is bounded by max-extend per side and make-up by the largest budget: a safety cap
 
 
-def _trial_dir(root: Path, label: str, trial: dict[str, Any], plan: TuningPlan, seed: int) -> Path:
+def trial_dir(root: Path, label: str, trial: dict[str, Any], plan: TuningPlan, seed: int) -> Path:
     """The trial's folder on tuning seed ``seed``: the first seed's is the trial's own folder (as with a single
     tuning seed), each further seed's is seed=<s>/ inside it."""
     own = root / "tuning" / label / trial_name(trial)
     return own if seed == plan.seed else own / f"seed={seed}"
 
 
-def _trial_values(doc: dict[str, Any], plan: TuningPlan, root: Path, label: str,
+def trial_values(doc: dict[str, Any], plan: TuningPlan, root: Path, label: str,
                   trial: dict[str, Any], seed: int) -> dict[str, Any]:
     """The run config of one trial on one tuning seed: validation split, no test evaluation."""
     return {**doc["base"], **doc["runs"][label], **trial, "seed": seed,
             "validation-fraction": plan.validation_fraction, "test-evaluation": False, "pfl-eval-split": "validation",
-            "out-dir": str(_trial_dir(root, label, trial, plan, seed)), "checkpoint": False, "overwrite": True}
+            "out-dir": str(trial_dir(root, label, trial, plan, seed)), "checkpoint": False, "overwrite": True}
 
 
-def _num_partitions(doc: dict[str, Any]) -> int:
+def num_partitions(doc: dict[str, Any]) -> int:
     """The experiment's federation size: the clients its splits are drawn over."""
     return int(doc["experiment"].get("num-supernodes", 10))
 
 
-def _finished(root: Path, label: str, trial: dict[str, Any], doc: dict[str, Any], plan: TuningPlan,
+def finished(root: Path, label: str, trial: dict[str, Any], doc: dict[str, Any], plan: TuningPlan,
               seed: int) -> bool:
     """Whether the trial ran every round on tuning seed ``seed`` with the values planned now (a trial recorded
     with other values, e.g. before the config's base changed, runs again)."""
-    values = _trial_values(doc, plan, root, label, trial, seed)
-    return is_complete(_trial_dir(root, label, trial, plan, seed), planned_config(values), _num_partitions(doc))
+    values = trial_values(doc, plan, root, label, trial, seed)
+    return is_complete(trial_dir(root, label, trial, plan, seed), planned_config(values), num_partitions(doc))
 
 
 def _ran_now(root: Path, label: str, trial: dict[str, Any], plan: TuningPlan, seed: int, since: float) -> bool:
     """Whether this invocation wrote the trial's results on ``seed`` already (--force re-runs each once)."""
-    f = _trial_dir(root, label, trial, plan, seed) / "results.json"
+    f = trial_dir(root, label, trial, plan, seed) / "results.json"
     return f.exists() and f.stat().st_mtime >= since
 
 
 def _seed_scores(root: Path, label: str, trial: dict[str, Any], doc: dict[str, Any],
                  plan: TuningPlan) -> list[float]:
     """The trial's validation score on each tuning seed; NaN where it did not finish every round (diverged)."""
-    return [score(json.loads((_trial_dir(root, label, trial, plan, s) / "results.json").read_text()), plan.last_rounds,
+    return [score(json.loads((trial_dir(root, label, trial, plan, s) / "results.json").read_text()), plan.last_rounds,
                   plan.metric(label))
-            if _finished(root, label, trial, doc, plan, s) else float("nan") for s in plan.seeds]
+            if finished(root, label, trial, doc, plan, s) else float("nan") for s in plan.seeds]
 
 
 def _make_up(plan: TuningPlan, labels: list[str], scored: dict[str, list[tuple[dict[str, Any], float]]],
@@ -183,14 +183,14 @@ def main(argv: list[str] | None = None) -> int:
         todo = [(label, t, s) for label in labels for t in trials[label] for s in plan.seeds
                 if f"{label}/{trial_name(t)}" not in failed + diverged
                 and (args.force and not _ran_now(root, label, t, plan, s, t0)
-                     or not _finished(root, label, t, doc, plan, s))]
+                     or not finished(root, label, t, doc, plan, s))]
         progress["total"] = progress["done"] + len(todo)
         if args.workers > 1 and todo:
             print(f"{sweep_progress(progress['done'], progress['total'], time.time() - t0)} tune {name}: "
                   f"{len(todo)} trials in {min(args.workers, len(todo))} processes", flush=True)
-        jobs = [((label, trial, seed), _trial_values(doc, plan, root, label, trial, seed))
+        jobs = [((label, trial, seed), trial_values(doc, plan, root, label, trial, seed))
                 for label, trial, seed in todo]
-        work = functools.partial(run_one, num_partitions=_num_partitions(doc))
+        work = functools.partial(run_one, num_partitions=num_partitions(doc))
         for (label, trial, seed), outcome in run_jobs(jobs, work, args.workers, given_up):
             progress["done"] += 1
             if outcome is None or outcome[0] == "ok":

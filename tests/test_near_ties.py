@@ -141,7 +141,7 @@ def test_a_check_adds_its_runs_to_the_file_and_each_entry_names_where_it_was_che
     assert out["runs"]["fedavg"]["status"] == "accuracy identical"
     assert out["runs"]["fedprox"]["status"] == "no reported run"
     assert out["runs"]["fedbr"]["checked_on"] == {"commit": "c0ffee", "code": "d1", "cpu_capability": "AVX2",
-                                                  "platform": "p", "cpu": None}  # kept, with the stack it ran on
+                                                  "platform": "p", "cpu": None, "kernel_env": {}}  # kept, as it ran
     assert out["runs"]["fedavg"]["checked_on"]["code"] == out["stack"]["code"]["digest"]
 
 

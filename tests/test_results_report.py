@@ -139,7 +139,7 @@ def test_check_line_says_per_commit_and_machine_what_the_re_run_check_found(tmp_
     line = check_line(exp)[0]
     assert "(`results/exp/near-ties/chosen_check.json`, seed 0," in line
     assert ("at commit 8eead4b0aa (code c1, AVX512 CPU kernels), 3 chosen run(s) re-run: 1 identical, 2 accuracy "
-            "identical (every accuracy of every round equal, the G-FL loss within 1.6e-07)") in line
+            "identical (every accuracy of every round equal, the losses within 1.6e-07)") in line
     assert "at commit 00ca0d7bae (code c0, AVX2 CPU kernels), 1 chosen run(s) re-run: 1 differ (scaffold-e10)" in line
     assert "fedbc-e50" not in line
     # a check on another machine (--check-file): a line of its own, with how far the accuracies moved
