@@ -208,10 +208,12 @@ LOSS_KEYS = ("global_loss", "val_loss")
 LOSS_ROUNDING = 1e-6   # a loss difference at most this big, every accuracy equal: the evaluation's rounding
 
 
-def compare_rounds(recorded: list[dict[str, Any]], again: list[dict[str, Any]]) -> dict[str, Any]:
+def compare_rounds(recorded: list[dict[str, Any]], again: list[dict[str, Any]],
+                   accuracy_keys: tuple[str, ...] = ACCURACY_KEYS,
+                   loss_keys: tuple[str, ...] = LOSS_KEYS) -> dict[str, Any]:
     """How a re-run's per-round figures compare with the reported run's: the largest absolute difference per key
-    (the accuracies of ACCURACY_KEYS, the losses of LOSS_KEYS: G-FL and validation) over the rounds both
-    have, and a status:
+    (the accuracies of ``accuracy_keys``, the losses of ``loss_keys``; by default G-FL, validation, P-FL and
+    client accuracies, G-FL and validation losses) over the rounds both have, and a status:
 
     - ``identical``: as many rounds, every compared value equal;
     - ``accuracy identical``: as many rounds, every accuracy equal and each loss within ``LOSS_ROUNDING`` (what a
@@ -222,14 +224,14 @@ def compare_rounds(recorded: list[dict[str, Any]], again: list[dict[str, Any]]) 
     by_key: dict[str, float] = {}
     one_sided: set[str] = set()   # keys measured in a round of one run only
     for a, b in zip(recorded, again):
-        for k in (*ACCURACY_KEYS, *LOSS_KEYS):
+        for k in (*accuracy_keys, *loss_keys):
             if a.get(k) is not None and b.get(k) is not None:
                 by_key[k] = max(by_key.get(k, 0.0), abs(float(a[k]) - float(b[k])))
             elif (a.get(k) is None) != (b.get(k) is None):
                 one_sided.add(k)
     same_length = len(recorded) == len(again) and bool(by_key) and not one_sided
-    accuracy_equal = all(by_key.get(k, 0.0) == 0.0 for k in ACCURACY_KEYS)
-    loss = max((by_key.get(k, 0.0) for k in LOSS_KEYS), default=0.0)
+    accuracy_equal = all(by_key.get(k, 0.0) == 0.0 for k in accuracy_keys)
+    loss = max((by_key.get(k, 0.0) for k in loss_keys), default=0.0)
     if same_length and accuracy_equal and loss == 0.0:
         status = "identical"
     elif same_length and accuracy_equal and loss <= LOSS_ROUNDING:

@@ -4,9 +4,9 @@ them bit-identical).
 A tuning trial written before results named their stack (no ``stack.code`` digest in its results.json) says
 nothing about the code it came from. This re-runs such trials, each on its tuning seed with the values the tuning
 plans for it now (experiments/tune.py's trial config: validation split, no test evaluation), in a temporary folder,
-and compares every round's figures with the recorded ones (experiments/near_ties.compare_rounds: the validation
-accuracy the tuning scores on, the other accuracies, the loss): ``identical``, ``accuracy identical`` or
-``differs``. The findings go to results/<exp>/tuning/trial_check.json, each entry with the commit, code digest,
+and compares every round's figures with the recorded ones (experiments/near_ties.compare_rounds on
+:func:`compared_keys`: the validation accuracy and loss, and the tuning's metric): ``identical``, ``accuracy
+identical`` or ``differs``. The findings go to results/<exp>/tuning/trial_check.json, each entry with the commit, code digest,
 machine and CPU-kernel environment it was checked on (a bit-exact re-run needs the kernels the trial ran on: on an
 AVX512 machine, ``ATEN_CPU_CAPABILITY=avx2 ONEDNN_MAX_CPU_ISA=AVX2 MKL_ENABLE_INSTRUCTIONS=AVX2`` takes the AVX2
 code paths, tests/known_outputs.py KERNEL_ENV). RESULTS.md's section of the experiment says what it found.
@@ -29,6 +29,14 @@ from typing import Any
 from experiments.near_ties import checked_on, compare_rounds
 
 CHECK_FILE = "trial_check.json"
+
+
+def compared_keys(metric: str) -> tuple[tuple[str, ...], tuple[str, ...]]:
+    """(accuracies, losses) a trial's re-run is compared on: what the tuning reads (its metric, the validation
+    accuracy by default) and the validation loss. Not the P-FL figures: trials recorded before ``pfl-eval-split``
+    (issue 43 item 3) evaluated the clients' local test splits, today's evaluate their validation splits, so those
+    figures differ by design, not by the code's numbers (unless the metric is one of them: then the score moved)."""
+    return tuple(dict.fromkeys(("val_accuracy", metric))), ("val_loss",)
 
 
 def unrecorded(doc: dict[str, Any]) -> bool:
@@ -79,7 +87,7 @@ def check_trials(doc: dict[str, Any], root: Path, jobs: list[tuple[str, dict[str
         with tempfile.TemporaryDirectory() as tmp:
             values = {**trial_values(doc, plan, root, label, trial, seed), "out-dir": tmp}
             again = simulate(planned_config(values), num_supernodes=num_partitions(doc))
-        entry = compare_rounds(recorded["rounds"], again["rounds"])
+        entry = compare_rounds(recorded["rounds"], again["rounds"], *compared_keys(plan.metric(label)))
         key = str(folder.relative_to(root / "tuning"))
         out["trials"][key] = {**entry, "recorded_code": ((recorded.get("stack") or {}).get("code") or {}).get("digest"),
                               "checked_on": where}

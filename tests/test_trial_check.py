@@ -23,11 +23,13 @@ def test_trials_without_a_code_digest_are_re_run_and_a_changed_one_is_named(tmp_
     assert not (root / "tuning" / trial_check.CHECK_FILE).exists()
 
     def as_if_old(folder, moved: bool = False) -> str:
-        """The trial's file as one written before results named their stack (and, ``moved``, with another
-        validation accuracy in round 2); returns the file's text."""
+        """The trial's file as one written before results named their stack and before P-FL was evaluated on the
+        validation split (another local accuracy: not compared), and, ``moved``, with another validation accuracy
+        in round 2; returns the file's text."""
         path = folder / "results.json"
         doc = json.loads(path.read_text())
         del doc["stack"]
+        doc["rounds"][0]["local_accuracy"] += 0.05
         if moved:
             doc["rounds"][1]["val_accuracy"] += 0.01
         path.write_text(json.dumps(doc))
@@ -53,3 +55,8 @@ def test_trials_without_a_code_digest_are_re_run_and_a_changed_one_is_named(tmp_
     fedavg = len(json.loads((root / "tuning.json").read_text())["runs"]["fedavg"]["trials"])
     assert len(check["trials"]) == fedavg + 1 and check["trials"]["fedprox/lr=0.3-fedprox.mu=1.0"]["status"] == "differs"
     assert all(v["status"] == "identical" for k, v in check["trials"].items() if k.startswith("fedavg/"))
+
+
+def test_a_trial_is_compared_on_what_the_tuning_reads():
+    assert trial_check.compared_keys("val_accuracy") == (("val_accuracy",), ("val_loss",))
+    assert trial_check.compared_keys("local_accuracy") == (("val_accuracy", "local_accuracy"), ("val_loss",))
