@@ -294,12 +294,13 @@ def check_chosen(doc: dict[str, Any], tuning: dict[str, Any], seed: int, num_par
                               "checked_on": where}
         print(f"check {label}: {entry['status']} (max |diff| by key {entry['max_abs_difference_by_key']})",
               flush=True)
-        _write_check(path, out)   # after every run: what finished stays if the check is stopped
-    _write_check(path, out)
+        write_check(path, out)   # after every run: what finished stays if the check is stopped
+    write_check(path, out)
     return out
 
 
-def _write_check(path: Path, doc: dict[str, Any]) -> None:
+def write_check(path: Path, doc: dict[str, Any]) -> None:
+    """Write a check's document (near-ties/chosen_check*.json, tuning/trial_check.json)."""
     path.parent.mkdir(parents=True, exist_ok=True)
     path.write_text(json.dumps(doc, indent=1, default=str) + "\n")
 

@@ -18,6 +18,7 @@ import numpy as np
 
 from experiments.claims import CLAIMS, ledger_for
 from experiments.legacy import current_run_config
+from experiments.near_ties import checked_on
 from experiments.paired import paired_table, versus_best_table
 from flcore.config import PROJECT_ROOT
 from flcore.stack import describe
@@ -295,9 +296,7 @@ def check_line(exp_dir: Path) -> list[str]:
 
 
 def _check_summary(check: dict[str, Any], noun: str = "chosen run(s)", entries: str = "runs") -> str:
-    stack = check.get("stack") or {}
-    fallback = {"commit": (stack.get("git") or {}).get("commit"), "code": (stack.get("code") or {}).get("digest"),
-                "cpu_capability": stack.get("cpu_capability")}
+    fallback = checked_on(check.get("stack") or {}, environ={})   # an entry of a file from before entries named it
     groups: dict[tuple, dict[str, list[str]]] = {}
     loss: dict[tuple, float] = {}
     accuracy: dict[tuple, float] = {}

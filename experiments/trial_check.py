@@ -26,7 +26,7 @@ import tempfile
 from pathlib import Path
 from typing import Any
 
-from experiments.near_ties import checked_on, compare_rounds
+from experiments.near_ties import checked_on, compare_rounds, write_check
 
 CHECK_FILE = "trial_check.json"
 
@@ -65,16 +65,14 @@ def trials_to_check(doc: dict[str, Any], root: Path, tuning: dict[str, Any], onl
     return out
 
 
-def check_trials(doc: dict[str, Any], root: Path, jobs: list[tuple[str, dict[str, Any], int, Path]],
-                 simulate: Any = None) -> dict[str, Any]:
+def check_trials(doc: dict[str, Any], root: Path, jobs: list[tuple[str, dict[str, Any], int, Path]]) -> dict[str, Any]:
     """Re-run each job in a temporary folder, compare it with its recorded results.json and write
     results/<exp>/tuning/trial_check.json after each (entries of trials not re-run now are kept)."""
     from experiments.run import planned_config
+    from experiments.simulate import simulate
     from experiments.tune import num_partitions, trial_values
     from flcore.stack import stack_info
 
-    if simulate is None:
-        from experiments.simulate import simulate
     plan = doc["tuning"]
     path = root / "tuning" / CHECK_FILE
     stack = stack_info()
@@ -93,8 +91,7 @@ def check_trials(doc: dict[str, Any], root: Path, jobs: list[tuple[str, dict[str
                               "checked_on": where}
         print(f"[{i + 1}/{len(jobs)}] {key}: {entry['status']} (max |diff| by key "
               f"{entry['max_abs_difference_by_key']})", flush=True)
-        path.parent.mkdir(parents=True, exist_ok=True)
-        path.write_text(json.dumps(out, indent=1, default=str) + "\n")
+        write_check(path, out)   # after every trial: what finished stays if the check is stopped
     return out
 
 
