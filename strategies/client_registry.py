@@ -293,9 +293,16 @@ class ClientRegistry:
         return tries, retry
 
     def _note_failed(self, res: ExchangeResult, node_of: dict[int, int], server_round: int) -> None:
+        """Back off every node whose registration failed. A ``node-lost`` reply is the SuperLink saying the node
+        went offline, so it counts as having left the node list even when no listing saw it gone: a node that
+        reconnects under the same node id (flwr's reconnect back-off, a restart with a bound key) within the one
+        second between two listings is asked again as soon as it is listed, not after its back-off, also within
+        the registration wait of one round (min-train-nodes still missing)."""
         for f in res.failures:
             node = node_of[f.cid]
             tries, retry = self._back_off(node, server_round)
+            if f.kind == "node-lost":
+                self.away.add(node)
             self.failures.append(Failure(
                 -1, "register", f.kind, f"node {node}: {f.reason} (attempt {tries}; asked again in round {retry})"))
 

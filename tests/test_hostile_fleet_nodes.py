@@ -243,13 +243,19 @@ def test_a_reply_assembled_from_legal_bodies_is_bounded_and_removed_and_the_othe
 
 
 @pytest.mark.slow
-def test_every_node_trains_within_two_rounds_after_a_12_s_fleet_exhaustion(fleet) -> None:
+def test_every_node_trains_again_after_a_12_s_fleet_exhaustion(fleet) -> None:
     """Issue ops-live item 3: the Fleet instance exhausted for 12 s (FLEET_CONNECTIONS=128 and 400 half-header
     connections). A SuperNode may give up on it (flwr gives up after about 5 s of 500s; deploy/node_guard.py then
     exits 75), and whether it does depends on the load, so node 2 is also killed 4 s into the flood: the restart
     policy brings every exited node back, as compose's `restart: unless-stopped` and a Kubernetes pod do
-    (LocalFederation.restart_policy), even while the Fleet port is still exhausted. A run started right after
-    the flood must have every node train within its first two rounds, the restarted one included."""
+    (LocalFederation.restart_policy), even while the Fleet port is still exhausted. A one-round run submitted
+    right after the flood, waiting (up to its round-timeout, 60 s) for all three clients to register, must have
+    every node train, the restarted one included, and node 2 must need one restart only.
+
+    The run waits for every client instead of starting with whoever is there (min-train-nodes = 1, two rounds,
+    until 2026-12-07): a node that never exited is back when flwr's own reconnect back-off ends (a random draw of
+    up to 20 s, MAX_RETRY_DELAY), so "within two rounds" raced that draw against the rounds' length and failed
+    once on a 14.2 s draw. How long node 2 took to be active again is recorded as a figure."""
     fed, tmp, _limits = fleet
     end_policy = fed.restart_policy(list(range(NODES)))
     restarts0 = len(fed.restarts)
@@ -274,28 +280,25 @@ def test_every_node_trains_within_two_rounds_after_a_12_s_fleet_exhaustion(fleet
         flood.join()
         restart_proxy(fed, {k: v for k, v in fed.proxy_settings.items() if k != "FLEET_CONNECTIONS"})
         t_back = time.time()
-        res = fed.run({**RUN, "num-server-rounds": 2, "min-train-nodes": 1, "round-timeout": 60.0,
-                       "fraction-train": 1.0, "out-dir": str(tmp / "after-exhaustion")}, timeout=600,
-                      name="after-exhaustion")
+        doc = train_round(fed, tmp, "after-exhaustion", timeout=600)
     finally:
         end_policy()
     watcher.join(timeout=1)
-    assert res.status == "finished:completed", res.output[-3000:]
     trained: set[int] = set()
-    for row in res.doc["rounds"]:
+    for row in doc["rounds"]:
         failed = {f["cid"] for f in row["failures"] if f["phase"] == "train"}
         trained |= set(row["sampled"]) - failed
     restarts = [(i, code, round(t - t0, 1)) for i, code, t in fed.restarts[restarts0:]]
     # one restart per exit: the restarted node waits out its old session's heartbeat window in-process
     # (deploy/node_guard.py, ACTIVATION_PATIENCE) instead of exiting on the SuperLink's 412 again and again
     assert [i for i, _code, _t in restarts].count(2) == 1, restarts
-    assert trained == set(range(NODES)), (trained, restarts, [r["failures"] for r in res.doc["rounds"]])
+    assert trained == set(range(NODES)), (trained, restarts, [r["failures"] for r in doc["rounds"]])
     FIGURES["fleet_exhaustion"] = {"flood_s": 12.0, "connections": 400, "fleet_connections": 128,
                                    "node_restarts": restarts, "peak_open": flood.peak,
                                    "node2_active_again_s_after_kill": round(back_at[0] - t_kill, 1) if back_at else None,
                                    "rounds": [{"sampled": r["sampled"], "updates": r["num_updates"],
-                                               "wall_s": round(r["wall_time_s"], 1)} for r in res.doc["rounds"]],
+                                               "wall_s": round(r["wall_time_s"], 1)} for r in doc["rounds"]],
                                    "run_s_after_flood": round(time.time() - t_back, 1)}
     print(f"\n[exhaustion] 12 s flood (peak {flood.peak} open): node restarts (node, exit code, s after the flood "
           f"began) {restarts}; node 2 active again {FIGURES['fleet_exhaustion']['node2_active_again_s_after_kill']} s "
-          f"after it was killed; rounds after it: {[(r['sampled'], r['num_updates']) for r in res.doc['rounds']]}")
+          f"after it was killed; the round after it: {[(r['sampled'], r['num_updates']) for r in doc['rounds']]}")

@@ -74,3 +74,35 @@ def test_a_node_restarted_under_a_new_id_takes_its_client_id_once_the_old_id_is_
     grid.lost.add(old)                        # the SuperLink drops the old id
     reg.refresh(grid, wait=False, server_round=6)
     assert reg.clients[1].node_id == grid.new and grid.new not in reg.backoff   # round 6, not round 9
+
+
+class FlappingGrid(FakeGrid):
+    """Node ``cid``'s first registration query is answered by the SuperLink as node-lost (its heartbeat window
+    ran out), and the node is online again under the same node id before the registry next lists the nodes:
+    no listing ever shows it gone (flwr's reconnect back-off after a Fleet outage; a restarted node whose key
+    keeps its node id)."""
+
+    def __init__(self, num_nodes: int, cid: int) -> None:
+        super().__init__(num_nodes, behaviours={cid: "dead"}, behaviour_phases=("query",))
+        self.cid = cid
+
+    def _deliver(self, msg):
+        reply = super()._deliver(msg)
+        node = self.node_ids[self.cid]
+        if msg.metadata.dst_node_id == node and self.behaviours.pop(self.cid, None) == "dead":
+            self.lost.discard(node)                     # back before the next get_node_ids
+        return reply
+
+
+def test_a_node_lost_during_registration_and_back_under_its_id_registers_within_the_same_wait():
+    """The run waits for min-train-nodes = 3: before, the lost node's back-off (asked again in round 1) held
+    through the whole registration wait of round 0, which failed after round-timeout with 2 clients."""
+    grid = FlappingGrid(3, cid=2)
+    cfg = RunConfig.from_dict(resolve_run_config({**COMMON, "method": "fedavg", "round-timeout": 5.0,
+                                                  "min-train-nodes": 3}))
+    reg = FLStrategy(cfg).registry
+    reg.refresh(grid, wait=True, server_round=0)
+    assert sorted(reg.clients) == [0, 1, 2] and not reg.backoff and not reg.away
+    failures = reg.drain_failures()
+    assert [(f.kind, f.phase) for f in failures] == [("node-lost", "register")], failures
+    assert f"node {grid.node_ids[2]}: " in failures[0].reason
