@@ -344,8 +344,9 @@ def presets_status(results_root: Path) -> str:
 
 
 def paper_table(runs: dict[str, list[dict[str, Any]]], order: list[str], paper: dict[str, Any]) -> str:
-    """Ours beside the paper's values (an experiment config's [paper] table: g-fl / p-fl per run label), in %:
-    final G-FL and P-FL, mean ± std over seeds; '-' where the paper's table has no row."""
+    """Ours beside the paper's values (an experiment config's [paper] table: g-fl / p-fl per run label, and the
+    paper's standard deviations as g-fl-std / p-fl-std where it prints them), in %: final G-FL and P-FL, mean ± std
+    over seeds; '-' where the paper's table has no row."""
     if not paper:
         return ""
     lines = [f"Beside the paper ({paper.get('source', 'the paper')}):", "",
@@ -354,8 +355,10 @@ def paper_table(runs: dict[str, list[dict[str, Any]]], order: list[str], paper: 
         docs = runs[label]
 
         def theirs(kind: str, label: str = label) -> str:
-            value = (paper.get(kind) or {}).get(label)
-            return f"{100 * value:.2f}" if value is not None else "-"
+            value, std = (paper.get(kind) or {}).get(label), (paper.get(f"{kind}-std") or {}).get(label)
+            if value is None:
+                return "-"
+            return f"{100 * value:.2f}" + (f" ± {100 * std:.2f}" if std is not None else "")
 
         lines.append(f"| {label} | {len(docs)} | {mean_std([d['final'].get('global_accuracy') for d in docs], 100, 2)}"
                      f" | {theirs('g-fl')} | {mean_std([d['final'].get('local_accuracy') for d in docs], 100, 2)}"

@@ -45,6 +45,8 @@ def test_paper_table_sets_ours_beside_the_papers_values():
     assert lines[4] == "| fedrane | 1 | 90.00 | 88.92 | 95.00 | 97.97 |"
     assert lines[5] == "| fedavg | 2 | 75.00 ± 7.07 | 79.02 | – | - |"
     assert paper_table(runs, [], {}) == ""
+    paper["g-fl-std"] = {"fedavg": 0.0043}     # the paper's std, where its table prints one
+    assert paper_table(runs, ["fedrane", "fedavg"], paper).splitlines()[5] == "| fedavg | 2 | 75.00 ± 7.07 | 79.02 ± 0.43 | – | - |"
 
 
 def _run(label_seed: int, accs: list[float], secs: float = 2.0) -> dict:
