@@ -139,7 +139,9 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("config", type=Path)
     ap.add_argument("--only", nargs="*", help="run labels (default: every tuned run)")
     ap.add_argument("--seeds", type=int, nargs="*")
-    ap.add_argument("--dry-run", action="store_true", help="print the choices and the runs still to do")
+    ap.add_argument("--dry-run", action="store_true",
+                    help="print the choices and the runs still to do (with --check-chosen: the runs it would re-run), "
+                         "run nothing")
     ap.add_argument("--check-chosen", action="store_true",
                     help="first re-run each arm's chosen trial at its first seed at today's code and record whether "
                          "it reproduces the reported run (near-ties/chosen_check.json): near-tie runs of today's "
@@ -162,7 +164,11 @@ def main(argv: list[str] | None = None) -> int:
         raise SystemExit(f"results/{name}/tuning.json does not exist: near ties need the experiment's tuning")
     seeds = args.seeds if args.seeds is not None else doc["experiment"].get("seeds", [0, 1, 2])
     num_partitions = int(doc["experiment"].get("num-supernodes", 10))
-    if args.check_chosen:
+    if args.check_chosen and args.dry_run:  # what the check would re-run, nothing run
+        labels = [lb for lb in doc["runs"] if not args.only or lb in args.only]
+        print(f"--check-chosen would re-run the chosen trial of {', '.join(labels)} at seed {seeds[0]} "
+              f"(results/{name}/{NEAR_TIES_DIR}/{args.check_file})")
+    elif args.check_chosen:
         check_chosen(doc, tuning, seeds[0], num_partitions, args.only, args.check_file)
     jobs = []
     for label, over in doc["runs"].items():

@@ -152,3 +152,29 @@ def test_a_check_file_that_is_not_a_chosen_check_name_is_refused_before_anything
     with pytest.raises(SystemExit) as exc:
         main(["no-such-config.toml", "--check-chosen", "--check-file", name])
     assert exc.value.code == 2 and "--check-file must be a file name chosen_check[.<what>].json" in capsys.readouterr().err
+
+
+def test_dry_run_with_check_chosen_runs_nothing(tmp_path, monkeypatch, capsys):
+    """--dry-run printed the near-tie plan but ran the chosen check anyway (minutes of FMNIST training)."""
+    import json
+
+    import experiments.near_ties as near_ties
+    import experiments.run
+    import experiments.simulate
+
+    monkeypatch.setattr(experiments.run, "RESULTS_ROOT", tmp_path)
+    cfg = tmp_path / "exp.toml"
+    cfg.write_text('[experiment]\nname = "exp"\ntitle = "t"\ndescription = "d"\nseeds = [0]\n[base]\n'
+                   'dataset = "digits"\n[runs.fedavg]\nmethod = "fedavg"\n[tuning]\nseed = 100\nlr = [0.01]\n')
+    (tmp_path / "exp").mkdir()
+    (tmp_path / "exp" / "tuning.json").write_text(json.dumps({"runs": {"fedavg": {
+        "chosen": {"lr": 0.01}, "val_score": 0.5, "trials": [{"values": {"lr": 0.01}, "val_score": 0.5}]}}}))
+
+    def no_simulate(*_a, **_k):
+        raise AssertionError("a dry run ran a federation")
+
+    monkeypatch.setattr(experiments.simulate, "simulate", no_simulate)
+    assert near_ties.main([str(cfg), "--check-chosen", "--dry-run"]) == 0
+    out = capsys.readouterr().out
+    assert "--check-chosen would re-run the chosen trial of fedavg at seed 0" in out
+    assert not (tmp_path / "exp" / "near-ties" / "chosen_check.json").exists()
