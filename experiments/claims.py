@@ -201,6 +201,12 @@ class NearTies:
     def run(self) -> list[tuple[str, str, PairedGain | None, str]]:
         return [p for p in self.pairs if p[2] is not None]
 
+    @property
+    def has_near_tie_runs(self) -> bool:
+        """Whether a run pair has a near-tie choice on either side: runs made for the near-tie verdict, on the
+        machine and code of the near-tie runs; the chosen x chosen pair is the reported runs' alone."""
+        return any(not (b.endswith(" (chosen)") and m.endswith(" (chosen)")) for b, m, *_ in self.run)
+
     def summary(self) -> tuple[str, str]:
         """(the worst run pair's word, the text of the ledger's near-tie column)."""
         words = [w for *_, w in self.run]
@@ -291,7 +297,8 @@ def ledger(results_root: Path, claims: list[Claim], titles: dict[str, str]) -> s
             v_pair = v
             v = worst
             pair_lines.append(f"- **{c.id}** (chosen pair: {v_pair}; headline: the worst pair's, {worst}):")
-            caveat = chosen_check_caveat(results_root, c.experiment)
+            # a re-run that differs matters only where a pair mixes the reported runs with near-tie runs
+            caveat = chosen_check_caveat(results_root, c.experiment) if ties.has_near_tie_runs else ""
             if caveat:
                 pair_lines.append(f"  - {caveat}")
             for b_slug, m_slug, gain, word in ties.pairs:

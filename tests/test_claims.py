@@ -198,3 +198,20 @@ def test_a_chosen_run_the_near_tie_machine_did_not_reproduce_gets_a_caveat(tmp_p
                                           "fedbr": {"status": "differs", "max_abs_difference": 0.084}}}))
     text = chosen_check_caveat(tmp_path, "exp")
     assert "AVX512 CPU kernels, seed 0" in text and "(fedavg, fedbr;" in text and "0.089" in text
+
+
+def test_the_rerun_caveat_needs_a_pair_with_a_near_tie_run():
+    """Only a pair with a near-tie choice mixes the reported runs with runs of the near-tie machine: a row whose
+    pairs are the chosen x chosen one alone (no near ties, the FMNIST rows) gets no caveat from a re-run check."""
+    from experiments.claims import NearTies
+    from experiments.stats import PairedGain
+
+    gain = PairedGain(n=3, mean=1.0, sd=1.0, ci=(0.0, 2.0), p=0.05)
+    alone = NearTies([("lr=0.03 (chosen)", "lr=0.1 (chosen)", gain, "inconclusive")])
+    assert not alone.has_near_tie_runs
+    tie = NearTies([("lr=0.03 (chosen)", "lr=0.1 (chosen)", gain, "inconclusive"),
+                    ("lr=0.01", "lr=0.1 (chosen)", gain, "inconclusive")])
+    assert tie.has_near_tie_runs
+    waiting = NearTies([("lr=0.03 (chosen)", "lr=0.1 (chosen)", gain, "inconclusive"),
+                        ("lr=0.01", "lr=0.1 (chosen)", None, "not run (0 of 3 seeds)")])
+    assert not waiting.has_near_tie_runs          # a near-tie pair not run yet mixes nothing
