@@ -157,7 +157,9 @@ class ClientRegistry:
 
         A node whose registration fails (its ClientApp raised, e.g. on a bad partition-id; no answer; lost)
         is recorded in ``failures`` and asked again only after 1, 2, 4, ... rounds (at most 64), so a broken
-        or hung node does not cost a registration exchange - up to round-timeout - every round.
+        or hung node does not cost a registration exchange - up to round-timeout - every round; a back-off ends
+        early once its reason is gone (:meth:`_clear_stale_backoff`; a node answered as node-lost is asked again
+        as soon as the SuperLink lists it, :meth:`_note_failed`).
         """
         self._probe(grid, server_round)
         deadline = time.time() + self.cfg.round_timeout
