@@ -190,6 +190,9 @@ def measure(results_root: Path, claim: Claim) -> Measured | None:
                     paired_gain((m - b).tolist()))
 
 
+CHOSEN = " (chosen)"   # the mark a near-tie pair's slug carries for an arm's chosen (reported) choice
+
+
 @dataclass(frozen=True)
 class NearTies:
     """A claim's verdict over the near-tie pairs (experiments/near_ties.py): every baseline choice x every method
@@ -205,7 +208,7 @@ class NearTies:
     def has_near_tie_runs(self) -> bool:
         """Whether a run pair has a near-tie choice on either side: runs made for the near-tie verdict, on the
         machine and code of the near-tie runs; the chosen x chosen pair is the reported runs' alone."""
-        return any(not (b.endswith(" (chosen)") and m.endswith(" (chosen)")) for b, m, *_ in self.run)
+        return any(not (b.endswith(CHOSEN) and m.endswith(CHOSEN)) for b, m, *_ in self.run)
 
     def summary(self) -> tuple[str, str]:
         """(the worst run pair's word, the text of the ledger's near-tie column)."""
@@ -226,7 +229,7 @@ def near_ties(results_root: Path, claim: Claim) -> NearTies | None:
     tuning = load_tuning(results_root, claim.experiment)
     if tuning is None or not {claim.baseline, claim.method} <= set(tuning.get("runs", {})):
         return None
-    arms = {label: [(c.slug + (" (chosen)" if c.chosen else ""),
+    arms = {label: [(c.slug + (CHOSEN if c.chosen else ""),
                      final_by_seed(results_root, claim.experiment,
                                    str(choice_dir(results_root, claim.experiment, label, c)
                                        .relative_to(results_root / claim.experiment)), metric=claim.metric))
