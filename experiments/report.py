@@ -331,15 +331,22 @@ def _check_summary(check: dict[str, Any], noun: str = "chosen run(s)", entries: 
 
 
 def presets_status(results_root: Path) -> str:
-    """Which paper-scale presets have result files (results/preset-<name>/) and which have not been run."""
+    """Each paper preset, with the reported runs in its setting (experiments/preset_runs.py) and, below the table,
+    how those runs depart from the preset's values."""
+    from experiments.preset_runs import departures_lines, preset_runs, status
     from flcore.presets import presets
 
+    found = preset_runs(results_root)
     lines = [PRESETS_INTRO.read_text().rstrip("\n"), "", "| preset | paper | setting | clients | status |",
              "|---|---|---|---|---|"]
+    details: list[str] = []
     for p in presets().values():
-        done = sorted((results_root / f"preset-{p.name}").glob("*/seed*/results.json"))
-        status = f"run: {len(done)} result file(s) in results/preset-{p.name}/" if done else "**not run**"
-        lines.append(f"| `{p.name}` | {p.paper} | {p.setting} | {p.num_supernodes} | {status} |")
+        runs = found.get(p.name, [])
+        lines.append(f"| `{p.name}` | {p.paper} | {p.setting} | {p.num_supernodes} | {status(runs)} |")
+        details += departures_lines(p.name, runs)
+    if details:
+        lines += ["", "How the runs in a preset's setting depart from its values (run value, then the preset's; "
+                      "a value that differs between seeds is listed per seed, joined by /):", "", *details]
     return "\n".join(lines) + "\n"
 
 
