@@ -271,6 +271,20 @@ def split_note(exp_dir: Path) -> list[str]:
             "experiments.*", ""]
 
 
+def provenance_note(exp_dir: Path) -> list[str]:
+    """A note naming how many reported runs record neither their client split (client_split.json, written since
+    issue 43) nor their code digest (``stack.code``); [] when every run records both."""
+    files = sorted(exp_dir.glob("*/seed*/results.json"))
+    no_split = sum(not (f.parent / "client_split.json").exists() for f in files)
+    no_code = sum(not (json.loads(f.read_text()).get("stack") or {}).get("code") for f in files)
+    if not (no_split or no_code):
+        return []
+    said = [f"{n} of {len(files)} runs record no {what}" for n, what in
+            [(no_split, "client split (client_split.json)"), (no_code, "code digest")] if n]
+    return [f"*Provenance: {'; '.join(said)}; they were recorded before those records existed: their federation "
+            "and code can only be told from the commit that added their files (git log).*", ""]
+
+
 def check_line(exp_dir: Path) -> list[str]:
     """What each re-run check found: of the reported runs (results/<exp>/near-ties/chosen_check*.json, written by
     ``python -m experiments.near_ties <config> --check-chosen [--check-file ...]``) and of tuning trials
@@ -407,6 +421,7 @@ def experiment_section(exp_dir: Path) -> list[str]:
             f"Experiment `{exp_dir.name}` (config `experiments/configs/` → copy in `results/{exp_dir.name}/experiment.toml`); "
             f"{meta.get('num-supernodes', first['final'].get('num_clients'))} clients; target accuracy {target}. "
             f"Common setting: {setting(first)}.", "", stacks_line(runs), "", *check_line(exp_dir), *split_note(exp_dir),
+            *provenance_note(exp_dir),
             *(fixed_round_tables(runs, order, paper, report_rounds, meta.get("report-note", "")) if report_rounds
               else [table(runs, order), "", paper_table(runs, order, paper)]),
             *paired_table(runs, meta.get("paired", []), float(meta.get("paired-margin", 1.0))),

@@ -93,3 +93,20 @@ def test_runs_tuned_by_separate_invocations_name_their_own_grids(tmp_path):
     assert ("final lr grid [0.003, 0.01, 0.03] for a-e1, b-e1 (grown from [0.003, 0.01] by 0 value(s) below and 1 "
             "above, at most 2 per side); final lr grid [0.001, 0.003, 0.01] for a-e5 (grown from [0.003, 0.01] by 1 "
             "value(s) below and 0 above, at most 2 per side)") in text
+
+
+def test_runs_without_their_split_or_code_digest_are_counted_in_their_section(tmp_path):
+    import json
+
+    for i, (split, code) in enumerate([(True, True), (False, True), (False, False)]):
+        d = tmp_path / "a" / f"seed{i}"
+        d.mkdir(parents=True)
+        (d / "results.json").write_text(json.dumps({"stack": {"code": {"digest": "x"}} if code else {}}))
+        if split:
+            (d / "client_split.json").write_text("{}")
+    (note, _) = report.provenance_note(tmp_path)
+    assert "2 of 3 runs record no client split (client_split.json); 1 of 3 runs record no code digest" in note
+    (tmp_path / "a" / "seed1" / "client_split.json").write_text("{}")
+    (tmp_path / "a" / "seed2" / "client_split.json").write_text("{}")
+    (tmp_path / "a" / "seed2" / "results.json").write_text(json.dumps({"stack": {"code": {"digest": "x"}}}))
+    assert report.provenance_note(tmp_path) == []
