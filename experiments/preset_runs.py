@@ -46,10 +46,10 @@ class PresetRun:
     differs: Mapping[str, tuple[Any, Any]]
 
 
-def _compared_keys(preset_values: Mapping[str, Any], method: str) -> list[str]:
+def _compared_keys(preset_values: Mapping[str, Any]) -> list[str]:
+    """The preset's own non-setting keys (its method's knobs among them), then the budget keys it leaves out."""
     keys = [k for k in preset_values if k not in SETTING_KEYS]
-    keys += [k for k in BUDGET_KEYS if k not in keys]
-    return keys + [k for k in sorted(preset_values) if k.startswith(f"{method}.") and k not in keys]
+    return keys + [k for k in BUDGET_KEYS if k not in keys]
 
 
 def in_setting(run_config: Mapping[str, Any], clients: int | None, preset_values: Mapping[str, Any],
@@ -64,8 +64,7 @@ def departures(run_config: Mapping[str, Any], resolved: Mapping[str, Any],
                preset_values: Mapping[str, Any]) -> dict[str, tuple[Any, Any]]:
     """key -> (run's value, preset's value) where the run departs from the preset's resolved config; a key the
     run did not record (a run older than the key) departs as :data:`NOT_RECORDED`."""
-    method = str(preset_values.get("method", ""))
-    return {k: (run_config.get(k, NOT_RECORDED), resolved[k]) for k in _compared_keys(preset_values, method)
+    return {k: (run_config.get(k, NOT_RECORDED), resolved[k]) for k in _compared_keys(preset_values)
             if k in resolved and run_config.get(k, NOT_RECORDED) != resolved[k]}
 
 
@@ -100,7 +99,7 @@ def preset_runs(results_root: Path) -> dict[str, list[PresetRun]]:
     for (name, experiment, label), runs in sorted(groups.items()):
         keys = sorted({k for d in runs for k in d},
                       key=lambda k: (BUDGET_KEYS.index(k) if k in BUDGET_KEYS else len(BUDGET_KEYS), k))
-        theirs = {k: next(d[k][1] for d in runs if k in d) for k in keys}  # one preset: one value per key
+        theirs = resolved[name]
         merged = {k: (" / ".join(sorted({_show(d[k][0] if k in d else theirs[k]) for d in runs})), _show(theirs[k]))
                   for k in keys}
         out[name].append(PresetRun(experiment, label, len(runs), merged))
