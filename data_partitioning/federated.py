@@ -57,7 +57,7 @@ def _pool(cfg: RunConfig):
     return load_pool(cfg.dataset, data_seed(cfg.dataset), cfg.global_test_fraction, cfg.data_root, cfg.download)
 
 
-@functools.lru_cache(maxsize=8)
+@functools.lru_cache(maxsize=32)  # index arrays only: 32 paper-scale partitions are ~16 MB
 def _partition(dataset: str, partition: str, seed: int, num_partitions: int, alpha: float, shards: int,
                classes: int, per_class: int, exponent: float, min_size: int, test_fraction: float,
                data_root: str, download: bool) -> tuple[np.ndarray, ...]:
