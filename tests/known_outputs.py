@@ -123,9 +123,13 @@ def params_digest(params: dict[str, np.ndarray]) -> str:
     return h.hexdigest()
 
 
+@functools.lru_cache(maxsize=128)
 def _projection(name: str, size: int) -> np.ndarray:
+    """The fixed projection of tensor ``name`` (drawn once per process: the jobs share their models' tensors)."""
     rng = np.random.default_rng(zlib.crc32(name.encode()))
-    return rng.standard_normal((SKETCH_DIM, size)) / np.sqrt(SKETCH_DIM)
+    proj = rng.standard_normal((SKETCH_DIM, size)) / np.sqrt(SKETCH_DIM)
+    proj.setflags(write=False)
+    return proj
 
 
 def sketch(params: dict[str, np.ndarray]) -> dict[str, list[float]]:
