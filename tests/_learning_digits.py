@@ -3,6 +3,8 @@ in-process through the real round driver and ClientApp (tests/fakegrid.py). Retu
 
 from __future__ import annotations
 
+import functools
+import tempfile
 from pathlib import Path
 from typing import Any
 
@@ -29,3 +31,11 @@ def run_digits(out_dir: Path, **overrides: Any) -> list[dict[str, Any]]:
 def best_accuracy(rounds: list[dict[str, Any]]) -> float:
     """The best global accuracy over the rounds (the seed papers report the max over rounds)."""
     return max(float(r["global_accuracy"]) for r in rounds)
+
+
+@functools.lru_cache(maxsize=None)
+def fedavg_best_accuracy() -> float:
+    """FedAvg's best accuracy on the job, run once per test process and shared by the tests that compare a method
+    with it (the run is deterministic: each test gets the number its own FedAvg run would give)."""
+    with tempfile.TemporaryDirectory() as tmp:
+        return best_accuracy(run_digits(Path(tmp), method="fedavg"))

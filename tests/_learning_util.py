@@ -3,6 +3,9 @@ of one local epoch, batch 16, lr 0.05 without momentum or weight decay, a 25 % l
 
 from __future__ import annotations
 
+import functools
+import json
+import tempfile
 from pathlib import Path
 from typing import Any
 
@@ -16,6 +19,19 @@ def run(tmp_path: Path, method: str, **extra: Any) -> dict:
     from experiments.simulate import simulate
     name = "-".join([method, *(f"{k}={v}" for k, v in extra.items())])
     return simulate({**JOB, "method": method, **extra, "out-dir": str(tmp_path / name)}, num_supernodes=10)
+
+
+@functools.lru_cache(maxsize=None)
+def _fedavg_json() -> str:
+    with tempfile.TemporaryDirectory() as tmp:
+        return json.dumps(run(Path(tmp), "fedavg"))
+
+
+def fedavg_doc() -> dict:
+    """FedAvg's run of the job (``run(tmp_path, "fedavg")``), run once per test process and shared by the tests
+    that compare a method with it (the run is deterministic: each test gets the numbers its own run would give);
+    a fresh copy on every call."""
+    return json.loads(_fedavg_json())
 
 
 def final(doc: dict, key: str) -> float:

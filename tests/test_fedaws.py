@@ -14,7 +14,7 @@ from strategies.aggregation import weighted_average
 from strategies.base import ClientUpdate
 from strategies.methods.fedaws import FedAwSStrategy, pairwise_distance, spreadout, spreadout_steps
 from tests._baselines_util import bound_error, make_cfg
-from tests._learning_digits import best_accuracy, run_digits
+from tests._learning_digits import best_accuracy, fedavg_best_accuracy, run_digits
 from tests.known_outputs import COMMON, run_job
 
 W3 = torch.tensor([[1.0, 0.0], [2.0, 0.0], [0.0, 1.0]], dtype=torch.float64)
@@ -112,7 +112,7 @@ def test_fedaws_learns_on_digits_dirichlet_01_beside_fedavg(tmp_path):
     """digits, Dirichlet(0.1), 8 clients, 12 rounds (tests/_learning_digits.py; ~3 s): measured 2026-12-01
     FedAvg 0.836, FedAwS (defaults) 0.833 best G-FL accuracy: it must learn (> 0.7) within 0.1 of FedAvg, and
     the server's steps must lower reg_sp in every round."""
-    fedavg = best_accuracy(run_digits(tmp_path / "fedavg", method="fedavg"))
+    fedavg = fedavg_best_accuracy()
     rounds = run_digits(tmp_path / "fedaws", method="fedaws")
     assert best_accuracy(rounds) > 0.7 and best_accuracy(rounds) > fedavg - 0.1
     for r in rounds:

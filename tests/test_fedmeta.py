@@ -266,9 +266,9 @@ def test_fedmeta_beats_fedavg_on_digits_dirichlet_01(tmp_path):
     accuracy): seed 1 (this job) FedAvg 0.836, FedMeta 0.911 (+0.075); seed 2 0.916 / 0.958; seed 3 0.864 / 0.930;
     local-data = rest (seed 1) 0.889. Asserted: FedMeta learns (> 0.85) and beats FedAvg by more than 0.03, under
     half the gap measured."""
-    from tests._learning_digits import best_accuracy, run_digits
+    from tests._learning_digits import best_accuracy, fedavg_best_accuracy, run_digits
 
-    fedavg = best_accuracy(run_digits(tmp_path / "fedavg", method="fedavg"))
+    fedavg = fedavg_best_accuracy()
     meta_rounds = run_digits(tmp_path / "fedmeta", method="fedmeta")
     fedmeta = best_accuracy(meta_rounds)
     assert meta_rounds[-1]["strategy"][POOL_SIZE] == 144
@@ -310,9 +310,9 @@ def test_it_learns_beside_fedavg(tmp_path):
     """digits, 10 clients, Dirichlet(0.1), 15 rounds (tests/_learning_util.py): the server's meta step on the shared
     10 % lifts the global model above FedAvg's (measured 2026-12-02, means of the last 3 rounds: G-FL FedAvg
     0.808, FedMeta 0.912; P-FL 0.879 / 0.935): asserted as at least FedAvg's, both above 0.6."""
-    from tests._learning_util import final, run
+    from tests._learning_util import fedavg_doc, final, run
 
-    fedavg, fedmeta = run(tmp_path, "fedavg"), run(tmp_path, "fedmeta")
+    fedavg, fedmeta = fedavg_doc(), run(tmp_path, "fedmeta")
     assert final(fedmeta, "global_accuracy") >= final(fedavg, "global_accuracy")
     assert final(fedmeta, "local_accuracy") >= final(fedavg, "local_accuracy") - 0.03
     assert final(fedavg, "global_accuracy") > 0.6

@@ -13,7 +13,7 @@ from client_app.trainers.mixup import MixupTrainer, mix_inputs, mixup_loss, samp
 from flcore.config import ConfigError, resolve_run_config
 from flcore.registry import FEDAVG_STRATEGY, get_method
 from tests._baselines_util import bound_error, initial_params, make_cfg, make_data, make_job
-from tests._learning_digits import best_accuracy, run_digits
+from tests._learning_digits import best_accuracy, fedavg_best_accuracy, run_digits
 from tests.known_outputs import COMMON, run_job
 
 
@@ -91,6 +91,6 @@ def test_mixup_learns_on_digits_dirichlet_01_beside_fedavg(tmp_path):
     """digits, Dirichlet(0.1), 8 clients, 12 rounds (tests/_learning_digits.py; ~2 s): measured 2026-12-01
     FedAvg 0.836, Mixup (alpha 1) 0.721 best G-FL accuracy. Mixup must learn (> 0.6, chance 0.1) and stay within
     0.2 of FedAvg (on this short run the mixed targets slow it; FedBR's Table 1 has it level with FedAvg)."""
-    fedavg = best_accuracy(run_digits(tmp_path / "fedavg", method="fedavg"))
+    fedavg = fedavg_best_accuracy()
     mixup = best_accuracy(run_digits(tmp_path / "mixup", method="mixup"))
     assert mixup > 0.6 and mixup > fedavg - 0.2

@@ -129,8 +129,8 @@ def test_it_learns_beside_fedavg(tmp_path):
     local accuracy; the global model is well above chance (0.1). Measured 2026-12-01 (tests/_learning_util.py,
     means of the last 3 rounds): FedAvg G-FL 0.808 / P-FL 0.879; Per-FedAvg (FO) 0.601 / 0.716, its unadapted
     global model on the local splits 0.521."""
-    from tests._learning_util import final, run
-    fedavg, per = run(tmp_path, "fedavg"), run(tmp_path, "perfedavg")
+    from tests._learning_util import fedavg_doc, final, run
+    fedavg, per = fedavg_doc(), run(tmp_path, "perfedavg")
     assert final(per, "local_accuracy") >= final(fedavg, "local_accuracy") - 0.2
     assert final(per, "global_accuracy") > 0.4
     assert final(per, "local_accuracy") > final(per, "client_accuracy_mean")
