@@ -1,4 +1,4 @@
-"""Test-wide settings: one torch thread per process, and the ``image`` marker.
+"""Test-wide settings: one torch thread in every process that runs tests, and the ``image`` marker.
 
 Markers (pyproject.toml declares ``slow``):
     slow   end-to-end runs that start real processes (Ray, SuperLink/SuperNodes, nginx, podman);
@@ -19,12 +19,14 @@ os.environ.setdefault("OMP_NUM_THREADS", "1")
 sys.dont_write_bytecode = False
 os.environ.pop("PYTHONDONTWRITEBYTECODE", None)
 
-import torch  # noqa: E402
-
-torch.set_num_threads(1)
-
 
 def pytest_configure(config) -> None:  # noqa: ANN001 - pytest's Config
+    # One torch thread in every process that runs tests. pytest-xdist's controller runs none: importing torch
+    # there (about 2 s) held back the start of the workers.
+    if hasattr(config, "workerinput") or not config.getoption("numprocesses", default=None):
+        import torch
+
+        torch.set_num_threads(1)
     config.addinivalue_line("markers", "image: builds the container images with podman (run on its own: "
                                        "pytest -m image; see tests/conftest.py)")
 
